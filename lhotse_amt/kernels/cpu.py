@@ -1,0 +1,298 @@
+"""Compiled per-channel CPU kernels (numba).
+
+Each kernel runs the exact sample recursion of its plain-torch reference in
+:mod:`lhotse_amt.functional`, one channel per loop iteration (channels in parallel with
+``numba.prange``), in the dtype of its input (float32 or float64). The wrappers take and
+return torch tensors shaped ``(N, T)`` (channels flattened) and never copy more than needed.
+
+The number of numba threads follows ``torch.get_num_threads()`` so that "one thread"
+benchmarks and the Lhotse CLI's single-thread clamp apply to these kernels too.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import torch
+from numba import njit, prange
+
+_NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
+
+
+def _threads() -> None:
+    n = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    if numba.get_num_threads() != n:
+        numba.set_num_threads(n)
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return np.ascontiguousarray(t.detach().cpu().numpy())
+
+
+# --------------------------------------------------------------------------------------
+# Second-order sections (transposed direct form II, as scipy.signal.sosfilt)
+# --------------------------------------------------------------------------------------
+
+
+@njit(parallel=True, **_NOPY)
+def _sosfilt_kernel(x, sos, zi, y):  # pragma: no cover - compiled
+    N, T = x.shape
+    S = sos.shape[1]
+    for c in prange(N):
+        z = zi[c].copy()
+        for n in range(T):
+            v = x[c, n]
+            for s in range(S):
+                b0 = sos[c, s, 0]
+                out = b0 * v + z[s, 0]
+                z[s, 0] = sos[c, s, 1] * v - sos[c, s, 4] * out + z[s, 1]
+                z[s, 1] = sos[c, s, 2] * v - sos[c, s, 5] * out
+                v = out
+            y[c, n] = v
+        zi[c] = z
+
+
+def sosfilt(
+    x: torch.Tensor, sos: torch.Tensor, zi: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x (N, T)``, ``sos (N, S, 6)``, ``zi (N, S, 2)`` -> ``y (N, T)``, ``zf (N, S, 2)``."""
+    _threads()
+    xn = _np(x)
+    sn = _np(sos).astype(xn.dtype, copy=False)
+    N, S = sn.shape[0], sn.shape[1]
+    z = np.zeros((N, S, 2), xn.dtype) if zi is None else _np(zi).astype(xn.dtype, copy=True)
+    y = np.empty_like(xn)
+    if xn.shape[1] > 0:
+        _sosfilt_kernel(xn, sn, z, y)
+    return torch.from_numpy(y), torch.from_numpy(z)
+
+
+# --------------------------------------------------------------------------------------
+# Cascade of identical complex one-pole sections
+# --------------------------------------------------------------------------------------
+
+
+@njit(parallel=True, **_NOPY)
+def _cascade_kernel(x, pr, pi, gr, gi, zr, zi, mode, yr, yi):  # pragma: no cover - compiled
+    # mode: 0 complex (yr, yi), 1 real2 (2 Re y), 2 real (Re y)
+    N, T = x.shape
+    K = zr.shape[1]
+    for c in prange(N):
+        ar = pr[c]
+        ai = pi[c]
+        cr = gr[c]
+        ci = gi[c]
+        sr = zr[c].copy()
+        si = zi[c].copy()
+        for n in range(T):
+            vr = x[c, n]
+            vi = 0.0 * vr
+            for k in range(K):
+                nr = ar * sr[k] - ai * si[k] + vr
+                ni = ar * si[k] + ai * sr[k] + vi
+                sr[k] = nr
+                si[k] = ni
+                vr = nr
+                vi = ni
+            outr = cr * vr - ci * vi
+            if mode == 0:
+                yr[c, n] = outr
+                yi[c, n] = cr * vi + ci * vr
+            elif mode == 1:
+                yr[c, n] = 2.0 * outr
+            else:
+                yr[c, n] = outr
+        zr[c] = sr
+        zi[c] = si
+
+
+_MODES = {"complex": 0, "real2": 1, "real": 2}
+
+
+def one_pole_cascade(
+    x: torch.Tensor,
+    pole: torch.Tensor,
+    gain: torch.Tensor,
+    order: int,
+    zi: torch.Tensor | None,
+    output: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x (N, T)`` real, ``pole``/``gain`` complex ``(N,)``, ``zi`` complex ``(N, K)``."""
+    _threads()
+    xn = _np(x)
+    dt = xn.dtype
+    p = _np(pole)
+    g = _np(gain)
+    N, T = xn.shape
+    if zi is None:
+        zr = np.zeros((N, order), dt)
+        zim = np.zeros((N, order), dt)
+    else:
+        zn = _np(zi)
+        zr = np.ascontiguousarray(zn.real.astype(dt))
+        zim = np.ascontiguousarray(zn.imag.astype(dt))
+    mode = _MODES[output]
+    yr = np.empty((N, T), dt)
+    yi = np.empty((N, T), dt) if mode == 0 else np.empty((N, 0), dt)
+    if T > 0:
+        _cascade_kernel(
+            xn,
+            np.ascontiguousarray(p.real.astype(dt)),
+            np.ascontiguousarray(p.imag.astype(dt)),
+            np.ascontiguousarray(np.real(g).astype(dt)),
+            np.ascontiguousarray(np.imag(g).astype(dt)),
+            zr,
+            zim,
+            mode,
+            yr,
+            yi,
+        )
+    cdt = torch.complex128 if dt == np.float64 else torch.complex64
+    zf = torch.complex(torch.from_numpy(zr), torch.from_numpy(zim)).to(cdt)
+    if mode == 0:
+        y = torch.complex(torch.from_numpy(yr), torch.from_numpy(yi)).to(cdt)
+    else:
+        y = torch.from_numpy(yr)
+    return y, zf
+
+
+# --------------------------------------------------------------------------------------
+# Adaptation loops (Dau et al. 1996/1997; Munkner et al. 1996 overshoot limitation)
+# --------------------------------------------------------------------------------------
+
+
+@njit(parallel=True, **_NOPY)
+def _adaptation_kernel(x, a, m, minlvl, use_limit, s, y):  # pragma: no cover - compiled
+    N, T = x.shape
+    J = a.shape[1]
+    for c in prange(N):
+        st = s[c].copy()
+        for n in range(T):
+            v = x[c, n]
+            if v < minlvl[c]:
+                v = minlvl[c]
+            for j in range(J):
+                v = v / st[j]
+                if use_limit and v > 1.0:
+                    mj = m[c, j]
+                    v = 2.0 * mj / (1.0 + math.exp(-2.0 * (v - 1.0) / mj)) - (mj - 1.0)
+                st[j] = a[c, j] * st[j] + (1.0 - a[c, j]) * v
+            y[c, n] = v
+        s[c] = st
+
+
+def adaptation_loops(
+    x: torch.Tensor,
+    a: torch.Tensor,
+    m: torch.Tensor,
+    minlvl: torch.Tensor,
+    use_limit: bool,
+    state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw loop output ``v`` (before the final offset/scaling) and the final states.
+
+    ``x (N, T)``, ``a (N, J)``, ``m (N, J)``, ``minlvl (N,)``, ``state (N, J)``.
+    """
+    _threads()
+    xn = _np(x)
+    dt = xn.dtype
+    s = _np(state).astype(dt, copy=True)
+    y = np.empty_like(xn)
+    if xn.shape[1] > 0:
+        _adaptation_kernel(
+            xn,
+            _np(a).astype(dt, copy=False),
+            _np(m).astype(dt, copy=False),
+            _np(minlvl).astype(dt, copy=False),
+            bool(use_limit),
+            s,
+            y,
+        )
+    return torch.from_numpy(y), torch.from_numpy(s)
+
+
+# --------------------------------------------------------------------------------------
+# Bank of complex one-pole resonators with Re / |.| outputs (modulation filterbank)
+# --------------------------------------------------------------------------------------
+
+
+@njit(parallel=True, **_NOPY)
+def _efilt_bank_kernel(x, pr, pi, gr, gi, use_abs, scale, sr, si, y):  # pragma: no cover
+    B, C, T = x.shape
+    M = pr.shape[1]
+    for bc in prange(B * C):
+        b = bc // C
+        c = bc % C
+        for m in range(M):
+            sc = scale[c, m]
+            if sc == 0.0:
+                for n in range(T):
+                    y[b, c, m, n] = 0.0
+                continue
+            ar = pr[c, m]
+            ai = pi[c, m]
+            cr = gr[c, m]
+            ci = gi[c, m]
+            ur = sr[b, c, m]
+            ui = si[b, c, m]
+            ab = use_abs[c, m]
+            for n in range(T):
+                v = x[b, c, n]
+                nr = ar * ur - ai * ui + v
+                ni = ar * ui + ai * ur
+                ur = nr
+                ui = ni
+                yr = cr * ur - ci * ui
+                if ab:
+                    yi = cr * ui + ci * ur
+                    y[b, c, m, n] = sc * math.sqrt(yr * yr + yi * yi)
+                else:
+                    y[b, c, m, n] = sc * yr
+            sr[b, c, m] = ur
+            si[b, c, m] = ui
+
+
+def efilt_bank(
+    x: torch.Tensor,
+    pole: torch.Tensor,
+    gain: torch.Tensor,
+    use_abs: torch.Tensor,
+    scale: torch.Tensor,
+    state: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x (..., C, T)``; ``pole``/``gain`` complex ``(C, M)``; ``use_abs``/``scale`` ``(C, M)``;
+    ``state`` complex ``(..., C, M, 1)``. Returns ``y (..., C, M, T)`` and the new state."""
+    _threads()
+    lead = x.shape[:-2]
+    C, T = x.shape[-2], x.shape[-1]
+    M = pole.shape[-1]
+    xn = _np(x.reshape(-1, C, T))
+    dt = xn.dtype
+    Bf = xn.shape[0]
+    if state is None:
+        sr = np.zeros((Bf, C, M), dt)
+        si = np.zeros((Bf, C, M), dt)
+    else:
+        sn = _np(state.reshape(Bf, C, M))
+        sr = np.ascontiguousarray(sn.real.astype(dt))
+        si = np.ascontiguousarray(sn.imag.astype(dt))
+    p = _np(pole)
+    g = _np(gain)
+    y = np.empty((Bf, C, M, T), dt)
+    _efilt_bank_kernel(
+        xn,
+        np.ascontiguousarray(p.real.astype(dt)),
+        np.ascontiguousarray(p.imag.astype(dt)),
+        np.ascontiguousarray(np.real(g).astype(dt)),
+        np.ascontiguousarray(np.imag(g).astype(dt)),
+        _np(use_abs).astype(np.bool_),
+        _np(scale).astype(dt),
+        sr,
+        si,
+        y,
+    )
+    cdt = torch.complex128 if dt == np.float64 else torch.complex64
+    st = torch.complex(torch.from_numpy(sr), torch.from_numpy(si)).to(cdt)
+    return torch.from_numpy(y).reshape(*lead, C, M, T), st.reshape(*lead, C, M, 1)
