@@ -234,6 +234,8 @@ def modulation_filterbank(
             u, prefilter_sos, state.get("pre"), return_state=True, backend=backend
         )
     lp, new_state["lp"] = sosfilt(u, lp_sos, state.get("lp"), return_state=True, backend=backend)
+    # the sections may run in a wider dtype than x (float64 low-pass, see ModulationFilterbank)
+    u, lp = u.to(x.dtype), lp.to(x.dtype)
     be = resolve_backend(backend, u, poles, gains)
     M, P = poles.shape[-2], poles.shape[-1]
     if M > 1:

@@ -1,0 +1,91 @@
+"""Compiled kernels for the attack/release AGC of the loudness models.
+
+Semantics (identical to :func:`lhotse_amt.functional.loudness.agc_reference`), per row ``r``::
+
+    s = 0
+    for t in range(T):
+        a = attack if x[r, t] > s else release
+        s = s + a * (x[r, t] - s)
+        y[r, t] = s
+
+* :func:`agc_numba`: numba CPU kernel (``@njit(cache=True)``), one row per loop iteration,
+  float32 or float64 (computed in the input dtype).
+* :func:`agc_triton`: Triton GPU kernel (one program per row, sequential over time). Only
+  defined when ``triton`` imports; ``HAS_TRITON`` tells. Runs under ``TRITON_INTERPRET=1``.
+
+Both take ``(N, T)`` tensors and return a new ``(N, T)`` tensor; they do not track gradients.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numba import njit
+
+__all__ = ["agc_numba", "agc_triton", "HAS_TRITON"]
+
+
+@njit(cache=True, nogil=True)
+def _agc_kernel(x, attack, release, y):  # pragma: no cover - compiled
+    n_rows, n_t = x.shape
+    for r in range(n_rows):
+        s = x.dtype.type(0.0) if False else 0.0 * x[r, 0]
+        for t in range(n_t):
+            v = x[r, t]
+            a = attack if v > s else release
+            s = s + a * (v - s)
+            y[r, t] = s
+
+
+def agc_numba(x: torch.Tensor, attack: float, release: float) -> torch.Tensor:
+    """AGC of each row of ``x (N, T)`` on the CPU with the numba kernel."""
+    if x.dim() != 2:
+        raise ValueError(f"expected (N, T), got {tuple(x.shape)}")
+    xn = np.ascontiguousarray(x.detach().cpu().numpy())
+    if xn.dtype not in (np.float32, np.float64):
+        raise ValueError(f"unsupported dtype {xn.dtype}")
+    y = np.empty_like(xn)
+    if xn.shape[1] > 0:
+        _agc_kernel(xn, xn.dtype.type(attack), xn.dtype.type(release), y)
+    return torch.from_numpy(y).to(x.device)
+
+
+try:  # pragma: no cover - optional dependency
+    import triton
+    import triton.language as tl
+
+    HAS_TRITON = True
+except Exception:  # pragma: no cover - triton missing or broken
+    triton = None
+    tl = None
+    HAS_TRITON = False
+
+
+if HAS_TRITON:  # pragma: no cover - exercised only where triton is installed
+
+    @triton.jit
+    def _agc_triton_kernel(x_ptr, y_ptr, n_t, attack, release):
+        r = tl.program_id(0)
+        base = r.to(tl.int64) * n_t
+        s = tl.load(x_ptr + base) * 0.0
+        for t in range(n_t):
+            v = tl.load(x_ptr + base + t)
+            a = tl.where(v > s, attack, release)
+            s = s + a * (v - s)
+            tl.store(y_ptr + base + t, s)
+
+    def agc_triton(x: torch.Tensor, attack: float, release: float) -> torch.Tensor:
+        """AGC of each row of ``x (N, T)`` with the Triton kernel (CUDA or interpreter)."""
+        if x.dim() != 2:
+            raise ValueError(f"expected (N, T), got {tuple(x.shape)}")
+        xc = x.detach().contiguous()
+        y = torch.empty_like(xc)
+        if xc.numel() > 0:
+            _agc_triton_kernel[(xc.shape[0],)](xc, y, xc.shape[1], float(attack), float(release))
+        return y
+
+else:
+
+    def agc_triton(x: torch.Tensor, attack: float, release: float) -> torch.Tensor:
+        """Unavailable: ``triton`` is not installed."""
+        raise RuntimeError("triton is not available; use agc_numba or the torch reference")

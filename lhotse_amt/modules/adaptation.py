@@ -1,0 +1,78 @@
+"""Adaptation-loop module."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..functional.adaptation import ADAPTATION_PRESETS, adaptation_loops
+
+
+class AdaptationLoops(nn.Module):
+    """Five divisive adaptation loops with overshoot limitation (Dau et al. 1996a, 1997;
+    Münkner et al. 1996). See :mod:`lhotse_amt.functional.adaptation` for the equations.
+
+    Args:
+        fs: sampling rate (Hz).
+        tau: time constants in seconds (``None``: the preset's, 5/50/129/253/500 ms).
+        limit: overshoot limitation factor (``None``: the preset's; ``<= 1`` disables).
+        minspl: minimum level in dB SPL (``None``: the preset's, 0 dB).
+        preset: ``"dau1997"`` (limit 10), ``"osses2021"`` (limit 5), ``"dau1996"`` (no
+            limitation) or ``"paulick2024"`` (limit 5). Explicit arguments override it.
+        dboffset: dB SPL of a signal of rms 1 (AMT convention: 100).
+        learnable: the time constants become parameters (gradients run through the
+            plain-torch reference, which is slow: use short signals).
+
+    Shapes: ``(..., T)`` -> ``(..., T)`` in model units.
+    """
+
+    def __init__(
+        self,
+        fs: float,
+        tau: list[float] | Tensor | None = None,
+        limit: float | None = None,
+        minspl: float | None = None,
+        preset: str = "dau1997",
+        dboffset: float = 100.0,
+        learnable: bool = False,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        if preset not in ADAPTATION_PRESETS:
+            raise ValueError(
+                f"unknown adaptation preset {preset!r}; choose from {sorted(ADAPTATION_PRESETS)}"
+            )
+        p = ADAPTATION_PRESETS[preset]
+        self.fs = float(fs)
+        self.preset = preset
+        self.limit = float(p["limit"] if limit is None else limit)
+        self.minspl = float(p["minspl"] if minspl is None else minspl)
+        self.dboffset = float(dboffset)
+        t = torch.as_tensor(p["tau"] if tau is None else tau, dtype=dtype)
+        if t.dim() != 1 or (t <= 0).any():
+            raise ValueError("tau must be a 1-D sequence of positive time constants (s)")
+        if learnable:
+            self.tau = nn.Parameter(t)
+        else:
+            self.register_buffer("tau", t)
+
+    def forward(
+        self, x: Tensor, state: Tensor | None = None, return_state: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        return adaptation_loops(
+            x,
+            self.fs,
+            self.tau,
+            self.limit,
+            self.minspl,
+            self.dboffset,
+            state,
+            return_state=return_state,
+        )
+
+    def extra_repr(self) -> str:
+        return f"fs={self.fs:g}, limit={self.limit:g}, minspl={self.minspl:g}"
+
+
+#: name used by the torch_amt documentation
+AdaptLoop = AdaptationLoops

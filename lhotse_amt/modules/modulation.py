@@ -1,0 +1,161 @@
+"""Modulation filterbank module."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..functional.modulation import (
+    MODULATION_PRESETS,
+    design_modulation_bank,
+    modulation_filterbank,
+)
+
+
+class ModulationFilterbank(nn.Module):
+    """Modulation filterbank of the CASP models (Dau et al. 1997b; Jepsen et al. 2008).
+
+    See :mod:`lhotse_amt.functional.modulation` for the equations. Arguments left at
+    ``None`` take the preset's value (or the torch_amt defaults without a preset:
+    ``Q=2, max_mfc=150, lp_cutoff=2.5, att_factor=1, use_upper_limit=False``, no 150-Hz
+    pre-filter); explicit arguments override the preset.
+
+    Args:
+        fs: sampling rate (Hz).
+        fc: centre frequencies of the auditory channels (Hz), ``(C,)``.
+        preset: ``"dau1997"``, ``"jepsen2008"``, ``"paulick2024"`` (torch_amt presets,
+            150-Hz maximum) or the AMT reproductions ``"amt-0.9.10"``,
+            ``"amt-1.4-jepsen2008"``, ``"amt-1.4-dau1997"`` (1000-Hz maximum).
+        lp150: apply the 150-Hz first-order low-pass before the bank (Jepsen 2008).
+        filter_type: ``"efilt"`` (AMT) or ``"butterworth"`` (extension).
+        max_bands: keep at most this many bands per channel.
+        learnable: band poles and gains become (complex) parameters.
+
+    Shapes: ``forward``: ``(..., C, T)`` -> list of ``C`` tensors ``(..., M_c, T)``
+    (torch_amt layout); :meth:`forward_padded`: ``(..., C, M, T)`` with zeros in the
+    bands a channel does not have (see :attr:`mfc`, NaN there).
+    """
+
+    def __init__(
+        self,
+        fs: float,
+        fc: Tensor | np.ndarray | list[float],
+        Q: float | None = None,
+        max_mfc: float | None = None,
+        lp_cutoff: float | None = None,
+        att_factor: float | None = None,
+        use_upper_limit: bool | None = None,
+        preset: str | None = None,
+        filter_type: str = "efilt",
+        learnable: bool = False,
+        dtype: torch.dtype = torch.float32,
+        lp150: bool | None = None,
+        max_bands: int | None = None,
+    ) -> None:
+        super().__init__()
+        if preset is not None and preset not in MODULATION_PRESETS:
+            raise ValueError(
+                f"unknown modulation preset {preset!r}; choose from {sorted(MODULATION_PRESETS)}"
+            )
+        base = dict(MODULATION_PRESETS[preset or "dau1997"])
+        given = dict(
+            Q=Q,
+            max_mfc=max_mfc,
+            lp_cutoff=lp_cutoff,
+            att_factor=att_factor,
+            use_upper_limit=use_upper_limit,
+            lp150=lp150,
+        )
+        base.update({k: v for k, v in given.items() if v is not None})
+        self.fs = float(fs)
+        self.preset = preset
+        self.filter_type = filter_type
+        self.Q = float(base["Q"])
+        self.max_mfc = float(base["max_mfc"])
+        self.lp_cutoff = float(base["lp_cutoff"])
+        self.att_factor = float(base["att_factor"])
+        self.use_upper_limit = bool(base["use_upper_limit"])
+        self.use_lp150_prefilter = bool(base["lp150"])
+        fc_np = torch.as_tensor(fc, dtype=torch.float64).numpy()
+        d = design_modulation_bank(
+            fs,
+            fc_np,
+            Q=self.Q,
+            max_mfc=self.max_mfc,
+            lp_cutoff=self.lp_cutoff,
+            att_factor=self.att_factor,
+            use_upper_limit=self.use_upper_limit,
+            lp150=self.use_lp150_prefilter,
+            filter_type=filter_type,
+            max_bands=max_bands,
+        )
+        cdtype = torch.complex128 if dtype == torch.float64 else torch.complex64
+        self.register_buffer("fc", torch.as_tensor(fc_np, dtype=dtype))
+        self.register_buffer("mfc_padded", torch.as_tensor(d.mfc, dtype=dtype))
+        self.register_buffer("n_bands", torch.as_tensor(d.n_bands))
+        # The low-pass sections have poles within ~1e-3 of z = 1: float32 coefficients would
+        # move them (even out of the unit circle), so they always run in float64.
+        self.register_buffer("lp_sos", torch.as_tensor(d.lp_sos, dtype=torch.float64))
+        if d.prefilter_sos is not None:
+            self.register_buffer(
+                "prefilter_sos", torch.as_tensor(d.prefilter_sos, dtype=torch.float64)
+            )
+        else:
+            self.prefilter_sos = None
+        poles = torch.as_tensor(d.poles).to(cdtype)
+        gains = torch.as_tensor(d.gains).to(cdtype)
+        if learnable:
+            self.poles = nn.Parameter(poles)
+            self.gains = nn.Parameter(gains)
+        else:
+            self.register_buffer("poles", poles)
+            self.register_buffer("gains", gains)
+        self.register_buffer("direct", torch.as_tensor(d.direct).to(cdtype))
+        self.register_buffer("use_abs", torch.as_tensor(d.use_abs))
+        self.register_buffer("scale", torch.as_tensor(d.scale, dtype=dtype))
+
+    @property
+    def num_channels(self) -> int:
+        return int(self.fc.numel())
+
+    @property
+    def max_bands(self) -> int:
+        return int(self.mfc_padded.shape[1])
+
+    @property
+    def mfc(self) -> list[Tensor]:
+        """Modulation centre frequencies per channel (Hz), band 0 = low-pass (0 Hz)."""
+        return [self.mfc_padded[c, : int(n)] for c, n in enumerate(self.n_bands)]
+
+    def forward_padded(
+        self, x: Tensor, state: dict | None = None, return_state: bool = False
+    ) -> Tensor | tuple[Tensor, dict]:
+        """``(..., C, T)`` -> ``(..., C, M, T)`` (zeros where a channel has no band)."""
+        if x.shape[-2] != self.num_channels:
+            raise ValueError(
+                f"expected {self.num_channels} auditory channels on dim -2, got {x.shape[-2]}"
+            )
+        return modulation_filterbank(
+            x,
+            self.lp_sos,
+            self.poles,
+            self.gains,
+            self.direct,
+            self.use_abs,
+            self.scale,
+            self.prefilter_sos,
+            state,
+            return_state=return_state,
+        )
+
+    def forward(self, x: Tensor) -> list[Tensor]:
+        y = self.forward_padded(x)
+        return [y[..., c, : int(n), :] for c, n in enumerate(self.n_bands)]
+
+    def extra_repr(self) -> str:
+        return (
+            f"fs={self.fs:g}, num_channels={self.num_channels}, max_bands={self.max_bands}, "
+            f"att_factor={self.att_factor:.4g}, lp150={self.use_lp150_prefilter}, "
+            f"filter_type={self.filter_type!r}"
+        )
