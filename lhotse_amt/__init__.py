@@ -1,7 +1,19 @@
-"""lhotse_amt: computational auditory models as Lhotse feature extractors."""
+"""lhotse_amt: computational auditory models as Lhotse feature extractors.
 
+Importing the package registers the ``amt-*`` extractors with Lhotse (cheaply: no model
+is built and no GPU is touched until features are computed).
+"""
+
+from .features import AuditoryConfig, AuditoryExtractor, Dau1997Config, Dau1997Extractor
 from .models import Dau1997
 
 __version__ = "0.1.0"
 
-__all__ = ["Dau1997", "__version__"]
+__all__ = [
+    "AuditoryConfig",
+    "AuditoryExtractor",
+    "Dau1997",
+    "Dau1997Config",
+    "Dau1997Extractor",
+    "__version__",
+]

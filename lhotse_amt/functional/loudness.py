@@ -262,6 +262,10 @@ def excitation_matrices(fc: np.ndarray, variant: str) -> dict[str, np.ndarray]:
         pk = roex_p(f)
         gk = (f[None, :] - f[:, None]) / f[:, None]  # (i, k): component i filter at f_k
         level = np.where(gk <= 4.0, _roex(pk[:, None] * np.abs(gk)), 0.0)
+    elif variant == "component":
+        pk = roex_p(f)
+        gk = (f[:, None] - f[None, :]) / f[None, :]  # (i, k): filter at f_k, component i
+        level = np.where(gk <= 4.0, _roex(pk[None, :] * np.abs(gk)), 0.0)
     else:
         level = np.where(ok, _roex(pc[None, :] * np.abs(g)), 0.0)
     n_below = (f[:, None] < fc[None, :]).sum(axis=0)
@@ -503,3 +507,36 @@ def binaural_inhibition(
     inh_l = 2.0 / (1.0 + torch.exp(p * _log_sech(sr / sl)))
     inh_r = 2.0 / (1.0 + torch.exp(p * _log_sech(sl / sr)))
     return s_left / inh_l, s_right / inh_r
+
+
+# ----------------------------------------------------------------------------------------------
+# input handling
+# ----------------------------------------------------------------------------------------------
+def check_pressure_signal(x: Tensor, what: str, min_samples: int) -> None:
+    """Raise ``ValueError`` for non-finite or too-short signals (time on the last axis)."""
+    if not torch.is_floating_point(x):
+        raise ValueError(f"{what}: expected a floating-point tensor (pascals), got {x.dtype}")
+    if x.shape[-1] < min_samples:
+        raise ValueError(
+            f"{what}: need at least {min_samples} samples on the last (time) axis, "
+            f"got {x.shape[-1]}"
+        )
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{what}: input contains NaN or inf")
+
+
+def resample_to_32k(x: Tensor, fs: float) -> Tensor:
+    """Resample ``x (..., T)`` from ``fs`` to 32 kHz with :func:`scipy.signal.resample_poly`.
+
+    Polyphase FIR resampling (Kaiser window, scipy defaults). Not differentiable: the result is
+    a new tensor without gradient history.
+    """
+    from fractions import Fraction
+
+    from scipy.signal import resample_poly
+
+    if fs == FS:
+        return x
+    fr = Fraction(FS, 1) / Fraction(fs).limit_denominator(10_000)
+    y = resample_poly(x.detach().cpu().double().numpy(), fr.numerator, fr.denominator, axis=-1)
+    return torch.from_numpy(np.ascontiguousarray(y)).to(device=x.device, dtype=x.dtype)

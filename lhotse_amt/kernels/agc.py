@@ -26,10 +26,10 @@ __all__ = ["agc_numba", "agc_triton", "HAS_TRITON"]
 
 
 @njit(cache=True, nogil=True)
-def _agc_kernel(x, attack, release, y):  # pragma: no cover - compiled
+def _agc_kernel(x, attack, release, zero, y):  # pragma: no cover - compiled
     n_rows, n_t = x.shape
     for r in range(n_rows):
-        s = x.dtype.type(0.0) if False else 0.0 * x[r, 0]
+        s = zero
         for t in range(n_t):
             v = x[r, t]
             a = attack if v > s else release
@@ -46,7 +46,8 @@ def agc_numba(x: torch.Tensor, attack: float, release: float) -> torch.Tensor:
         raise ValueError(f"unsupported dtype {xn.dtype}")
     y = np.empty_like(xn)
     if xn.shape[1] > 0:
-        _agc_kernel(xn, xn.dtype.type(attack), xn.dtype.type(release), y)
+        t = xn.dtype.type
+        _agc_kernel(xn, t(attack), t(release), t(0.0), y)
     return torch.from_numpy(y).to(x.device)
 
 

@@ -237,19 +237,22 @@ def _efilt_bank_kernel(x, pr, pi, gr, gi, use_abs, scale, sr, si, y):  # pragma:
             ci = gi[c, m]
             ur = sr[b, c, m]
             ui = si[b, c, m]
-            ab = use_abs[c, m]
-            for n in range(T):
-                v = x[b, c, n]
-                nr = ar * ur - ai * ui + v
-                ni = ar * ui + ai * ur
-                ur = nr
-                ui = ni
-                yr = cr * ur - ci * ui
-                if ab:
+            if use_abs[c, m]:
+                for n in range(T):
+                    v = x[b, c, n]
+                    nr = ar * ur - ai * ui + v
+                    ui = ar * ui + ai * ur
+                    ur = nr
+                    yr = cr * ur - ci * ui
                     yi = cr * ui + ci * ur
                     y[b, c, m, n] = sc * math.sqrt(yr * yr + yi * yi)
-                else:
-                    y[b, c, m, n] = sc * yr
+            else:
+                for n in range(T):
+                    v = x[b, c, n]
+                    nr = ar * ur - ai * ui + v
+                    ui = ar * ui + ai * ur
+                    ur = nr
+                    y[b, c, m, n] = sc * (cr * ur - ci * ui)
             sr[b, c, m] = ur
             si[b, c, m] = ui
 

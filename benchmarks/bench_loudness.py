@@ -1,0 +1,77 @@
+"""Real-time factor of the Glasberg2002 and Moore2016 loudness models (CPU, one thread).
+
+RTF = processing time / audio duration at 32 kHz, batch 1 (stereo for Moore2016), for a
+1-kHz tone at 60 dB SPL (sparse spectrum) and pink-ish noise at 65 dB SPL (dense spectrum:
+every FFT bin is a kept component, the worst case of the excitation stage). Also prints the
+peak resident set size of the process.
+
+    python benchmarks/bench_loudness.py [--dtype float32|float64] [--durations 1 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+import numpy as np
+import torch
+
+from lhotse_amt.models.glasberg2002 import Glasberg2002
+from lhotse_amt.models.moore2016 import Moore2016
+
+FS = 32000
+
+
+def signal(kind: str, seconds: float, channels: int) -> torch.Tensor:
+    n = int(seconds * FS)
+    rng = np.random.default_rng(0)
+    if kind == "tone":
+        x = np.sqrt(2) * 20e-6 * 10 ** (60 / 20) * np.sin(2 * np.pi * 1000 * np.arange(n) / FS)
+    else:
+        spec = np.fft.rfft(rng.standard_normal(n))
+        f = np.fft.rfftfreq(n, 1 / FS)
+        spec /= np.sqrt(np.maximum(f, 50.0))
+        x = np.fft.irfft(spec, n)
+        x *= 20e-6 * 10 ** (65 / 20) / np.sqrt(np.mean(x**2))
+    x = np.stack([x] * channels) if channels > 1 else x
+    return torch.tensor(x)
+
+
+def bench(model: torch.nn.Module, x: torch.Tensor, seconds: float, reps: int) -> float:
+    with torch.no_grad():
+        model(x)  # warm-up (numba compilation, allocator)
+        best = float("inf")
+        for _ in range(reps):
+            t = time.perf_counter()
+            model(x)
+            best = min(best, time.perf_counter() - t)
+    return best / seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    ap.add_argument("--durations", type=float, nargs="+", default=[1.0, 10.0])
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    dtype = getattr(torch, args.dtype)
+    models = {
+        "Glasberg2002 (mono)": (Glasberg2002(dtype=dtype), 1, 0.05),
+        "Moore2016 (stereo)": (Moore2016(dtype=dtype), 2, 0.1),
+    }
+    print(f"torch {torch.__version__}, threads={torch.get_num_threads()}, dtype={args.dtype}")
+    print(f"{'model':22s} {'signal':6s} {'dur/s':>6s} {'RTF':>8s} {'target':>7s}")
+    for name, (model, ch, target) in models.items():
+        for kind in ("tone", "noise"):
+            for dur in args.durations:
+                x = signal(kind, dur, ch).to(dtype)
+                rtf = bench(model, x, dur, args.reps if dur <= 2 else 1)
+                print(f"{name:22s} {kind:6s} {dur:6.1f} {rtf:8.4f} {target:7.2f}")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS: {peak:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
