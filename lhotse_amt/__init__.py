@@ -16,4 +16,12 @@ __all__ = [
     "Dau1997Config",
     "Dau1997Extractor",
     "__version__",
+    "worker_init_fn",
 ]
+
+
+def worker_init_fn(worker_id: int) -> None:
+    """``DataLoader(worker_init_fn=lhotse_amt.worker_init_fn)``: makes sure spawned worker
+    processes have the ``amt-*`` extractors registered (pickling this function imports
+    the package in the worker), which Lhotse needs to mix precomputed features lazily."""
+    del worker_id

@@ -42,17 +42,19 @@ _C = _MINLVL ** (1.0 / 32.0)
 
 
 def mu_to_intensity(mu: np.ndarray) -> np.ndarray:
-    """Steady-state inverse of the adaptation loops: model units -> intensity ``a^2``.
+    """Steady-state inverse of the adaptation loops: model units -> intensity above the
+    minimum level, ``a^2 - minlvl^2`` (``a`` on the 100-dB amplitude scale).
 
-    Values <= 0 (silence, and Lhotse's -1000 / -23.03 padding) map to the minimum level.
+    Values <= 0 (silence, the undershoot after offsets, and Lhotse's -1000 / -23.03
+    padding) map to 0, so padding and silence add nothing to a mix.
     """
     m = np.maximum(np.asarray(mu, dtype=np.float64), 0.0)
-    return (m * ((1.0 - _C) / 100.0) + _C) ** 64
+    return (m * ((1.0 - _C) / 100.0) + _C) ** 64 - _MINLVL**2
 
 
 def intensity_to_mu(intensity: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`mu_to_intensity` (exact for intensities >= ``1e-10``)."""
-    i = np.maximum(np.asarray(intensity, dtype=np.float64), _MINLVL**2)
+    """Inverse of :func:`mu_to_intensity`."""
+    i = np.maximum(np.asarray(intensity, dtype=np.float64), 0.0) + _MINLVL**2
     return (i ** (1.0 / 64.0) - _C) * (100.0 / (1.0 - _C))
 
 
@@ -61,7 +63,8 @@ class _MUMixing:
 
     @staticmethod
     def compute_energy(features: np.ndarray) -> float:
-        return float(np.mean(mu_to_intensity(features)))
+        # Lhotse requires a positive energy: silence gets the minimum level's intensity
+        return float(np.mean(mu_to_intensity(features))) + _MINLVL**2
 
     @staticmethod
     def mix(
@@ -209,3 +212,308 @@ class Dau1997Extractor(_CASPExtractor):
             modulation_kwargs=mod,
             preset=c.preset,
         )
+
+
+# ======================================================================================
+# amt-osses2021 and amt-king2019
+# ======================================================================================
+
+
+@dataclass
+class Osses2021Config(AuditoryConfig):
+    """Config of ``amt-osses2021``; model fields left ``None`` take the model's defaults
+    (or the ``preset``'s). See :class:`lhotse_amt.models.osses2021.Osses2021`.
+
+    Attributes:
+        preset: ``"amt-1.4"`` (AMT 1.4 ``osses2021``: linear/minimum-phase ear filters with
+            the 257-sample advance) or ``None`` (minimum-phase, causal ear filters).
+        flow, fhigh: gammatone grid range (Hz).
+        phase_type: ``"minimum"`` or ``"linear"`` ear filters.
+        compensation: ear-filter delay compensation ``"none"`` or ``"amt"`` (``"trim"``
+            shortens the signal and is not available for frame features).
+        adaptation_limit: overshoot limit (5).
+        modulation_preset, max_mfc, use_upper_limit, att_factor, lp150: modulation
+            filterbank settings (default AMT ``mfb_jepsen2008``, up to 1000 Hz).
+        stage: ``"modulation"`` or ``"adaptation"``; layout: ``"compact"``/``"padded"``.
+    """
+
+    preset: str | None = None
+    flow: float = 80.0
+    fhigh: float = 8000.0
+    phase_type: str | None = None
+    compensation: str | None = None
+    adaptation_limit: float | None = None
+    modulation_preset: str | None = None
+    max_mfc: float | None = None
+    use_upper_limit: bool | None = None
+    att_factor: float | None = None
+    lp150: bool | None = None
+    stage: str = "modulation"
+    layout: str = "compact"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Osses2021Config:
+        return config_from_dict(cls, data)
+
+
+@register_extractor
+class Osses2021Extractor(_CASPExtractor):
+    """Lhotse extractor ``amt-osses2021``: frame-level Osses & Kohlrausch (2021)
+    internal representation. Layout, units (MU), padding (0.0) and feature-domain mixing
+    as for ``amt-dau1997`` (module docstring).
+
+    **Look-ahead.** With ``compensation="amt"`` (``preset="amt-1.4"``) the ear filters
+    advance the signal by 514 samples (non-causal). The extractor then streams the model
+    with that look-ahead: chunk ``k`` reads the input up to ``514`` samples past its end
+    (zeros after each item's end, exactly AMT's padding) and the model withholds the first
+    514 ear-filter outputs, so every chunk's output is aligned with its own samples and
+    chunked extraction equals one-shot extraction equals the pooled one-shot model
+    output. The default (minimum-phase, no compensation) is causal.
+    """
+
+    name = "amt-osses2021"
+    config_type = Osses2021Config
+
+    def __init__(self, config: Osses2021Config | None = None) -> None:
+        super().__init__(config)
+
+    @classmethod
+    def test_config(cls) -> Osses2021Config:
+        """A faster configuration for the generic extractor tests (12 channels)."""
+        return Osses2021Config(flow=500.0, fhigh=4000.0)
+
+    def _check_config(self) -> None:
+        super()._check_config()
+        if self.config.compensation == "trim":
+            raise ValueError(
+                "compensation='trim' drops 256 samples per ear filter (shorter output) and "
+                "cannot give frame features aligned with the audio; use 'none' or 'amt'"
+            )
+
+    def _build_model(self) -> torch.nn.Module:
+        from ..models.osses2021 import Osses2021
+
+        c = self.config
+        ad = {} if c.adaptation_limit is None else {"limit": c.adaptation_limit}
+        mod: dict[str, Any] = {}
+        if c.modulation_preset is not None:
+            mod["preset"] = c.modulation_preset
+        for k in ("max_mfc", "use_upper_limit", "att_factor", "lp150"):
+            if getattr(c, k) is not None:
+                mod[k] = getattr(c, k)
+        return Osses2021(
+            c.sampling_rate,
+            flow=c.flow,
+            fhigh=c.fhigh,
+            phase_type=c.phase_type,
+            compensation=c.compensation,
+            dtype=self.torch_dtype,
+            adaptation_kwargs=ad,
+            modulation_kwargs=mod,
+            preset=c.preset,
+        )
+
+    def _compute(self, x: Tensor, lengths: list[int]) -> list[Tensor]:
+        model = self.model(x.device)
+        D = int(model.lookahead)
+        if D == 0:
+            return super()._compute(x, lengths)
+        hop = self.hop
+        sr = self.config.sampling_rate
+        chunk = max(hop, int(round(self.config.chunk_duration * sr)) // hop * hop)
+        B, _, T = x.shape
+        ends = list(lengths)
+        frames: list[list[Tensor]] = [[] for _ in range(B)]
+        t_needed = min(T, max(min(n, self._num_frames(n) * hop) for n in ends))
+        xp = torch.nn.functional.pad(x, (0, D))
+        state: Any = {"model": model.initial_stream_state(ends)}
+        for t0 in range(0, t_needed, chunk):
+            t1 = min(t0 + chunk, t_needed)
+            a = 0 if t0 == 0 else t0 + D
+            y, state = self._sample_features(model, xp[..., a : t1 + D], state)
+            self._pool(y, ends, t0, frames)
+        out = []
+        for b in range(B):
+            f = torch.cat(frames[b], -1).transpose(0, 1)
+            assert f.shape[0] == self._num_frames(ends[b])
+            out.append(f)
+        return out
+
+
+#: compression exponent assumed by the King2019 feature-domain mixing hooks
+_KING_N = 0.3
+
+
+class _KingMixing:
+    """Feature-domain mixing hooks of ``amt-king2019`` (approximations; see
+    :class:`King2019Extractor`). Lhotse calls them on a default-config extractor, so they
+    treat every column alike."""
+
+    @staticmethod
+    def compute_energy(features: np.ndarray) -> float:
+        f = np.where(np.asarray(features) <= -20.0, 0.0, features)  # Lhotse padding
+        return float(np.mean(np.square(f, dtype=np.float64)))
+
+    @staticmethod
+    def mix(
+        features_a: np.ndarray, features_b: np.ndarray, energy_scaling_factor_b: float
+    ) -> np.ndarray:
+        a = np.where(np.asarray(features_a) <= -20.0, 0.0, features_a)
+        b = np.where(np.asarray(features_b) <= -20.0, 0.0, features_b)
+        g = float(energy_scaling_factor_b) ** (_KING_N / 2.0)
+        return (a + g * b).astype(np.float32)
+
+    @staticmethod
+    def scale(features: np.ndarray, energy_scaling_factor: float) -> np.ndarray:
+        f = np.where(np.asarray(features) <= -20.0, 0.0, features)
+        return (f * float(energy_scaling_factor) ** (_KING_N / 2.0)).astype(np.float32)
+
+
+@dataclass
+class King2019Config(AuditoryConfig):
+    """Config of ``amt-king2019``. See :class:`lhotse_amt.models.king2019.King2019`.
+
+    Attributes:
+        preset: ``"amt-1.4"`` (AMT's direct-form band-passes) or ``None`` (SOS).
+        flow, fhigh, basef: gammatone grid.
+        compression_type, compression_n, compression_knee_db: compression stage.
+        dboffset: the model's level convention (dB SPL of rms 1; the knee is relative to
+            it); ``full_scale_db_spl`` scales the audio onto it.
+        ihc_cutoff: IHC low-pass (``None``: 1000 Hz as AMT; torch_amt docs: 1500).
+        adt_hp_fc: "adaptation" high-pass cut-off (Hz).
+        mflow, mfhigh, modbank_qfactor: modulation filterbank (5 bands by default).
+        lp_150hz: 150-Hz low-pass before the modulation filterbank.
+        modulation_form: ``None`` (preset's / ``"sos"``) or ``"tf"``.
+        stage: ``"modulation"`` (channels x bands) or ``"adaptation"`` (channels).
+        envelope: causal stand-in for the phase insensitivity on bands above 10 Hz:
+            ``"abs"`` (``|band| pi / (2 sqrt 2)``) or ``"none"`` (signed band output).
+    """
+
+    preset: str | None = None
+    flow: float = 80.0
+    fhigh: float = 8000.0
+    basef: float | None = None
+    compression_type: str = "brokenstick"
+    compression_n: float = 0.3
+    compression_knee_db: float = 30.0
+    dboffset: float = 100.0
+    ihc_cutoff: float | None = None
+    adt_hp_fc: float = 3.0
+    mflow: float = 2.0
+    mfhigh: float = 150.0
+    modbank_qfactor: float = 1.0
+    lp_150hz: bool = False
+    modulation_form: str | None = None
+    stage: str = "modulation"
+    envelope: str = "abs"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> King2019Config:
+        return config_from_dict(cls, data)
+
+
+@register_extractor
+class King2019Extractor(_KingMixing, AuditoryExtractor):
+    """Lhotse extractor ``amt-king2019``: frame-level King et al. (2019) modulation
+    representation.
+
+    **Layout.** ``stage="modulation"``: ``channels x bands`` columns, channel-major
+    (``fc=...Hz/mfc=...Hz``), reshaping to ``(frames, channels, bands)`` (31 x 5 by
+    default); ``stage="adaptation"``: one column per channel (high-passed IHC output).
+
+    **Phase insensitivity.** The model's Hilbert envelope with whole-signal rms matching
+    is non-causal; frames use a causal stand-in: for bands above 10 Hz the magnitude of
+    the band output times ``pi / (2 sqrt 2)`` (for a sinusoidal band output of amplitude
+    ``A`` its frame mean is ``A / sqrt 2``, the value the rms-matched envelope takes);
+    bands at or below 10 Hz are the signed band outputs (mean-pooled, as in the model).
+    ``envelope="none"`` keeps every band signed (use ``pooling="rms"`` then).
+
+    **Units, padding.** Compressed-amplitude units of the AMT level scale; silence is 0
+    (the 3-Hz high-pass removes DC), so pad stored features with 0.0.
+
+    **Mixing hooks** (approximate: the model compresses and rectifies). An energy factor
+    ``g`` on the sound scales amplitudes by ``sqrt(g)`` and, above the knee, compressed
+    values by ``g^(n/2)`` (``n = 0.3``): ``scale`` multiplies by ``g^0.15``; ``mix`` adds
+    ``a + g^0.15 b`` (band-pass outputs add linearly; envelopes of uncorrelated sources
+    add less than that); ``compute_energy`` is the mean square. Lhotse padding values
+    (<= -20) are read as silence. Mixing the audio (``mix_eagerly`` / on-the-fly
+    features) is exact.
+    """
+
+    name = "amt-king2019"
+    config_type = King2019Config
+    stages: ClassVar[tuple[str, ...]] = ("modulation", "adaptation")
+
+    def __init__(self, config: King2019Config | None = None) -> None:
+        super().__init__(config)
+
+    @classmethod
+    def test_config(cls) -> King2019Config:
+        """A faster configuration for the generic extractor tests (12 channels)."""
+        return King2019Config(flow=500.0, fhigh=4000.0)
+
+    @property
+    def model_dboffset(self) -> float:  # type: ignore[override]
+        return float(self.config.dboffset)
+
+    def _check_config(self) -> None:
+        super()._check_config()
+        c = self.config
+        if c.stage not in self.stages:
+            raise ValueError(f"stage must be one of {self.stages}, got {c.stage!r}")
+        if c.envelope not in ("abs", "none"):
+            raise ValueError(f"envelope must be 'abs' or 'none', got {c.envelope!r}")
+        if c.modulation_form not in (None, "sos", "tf"):
+            raise ValueError(f"modulation_form must be 'sos' or 'tf', got {c.modulation_form!r}")
+
+    def _build_model(self) -> torch.nn.Module:
+        from ..models.king2019 import King2019
+
+        c = self.config
+        ihc = {} if c.ihc_cutoff is None else {"cutoff": c.ihc_cutoff}
+        mod = {} if c.modulation_form is None else {"form": c.modulation_form}
+        return King2019(
+            c.sampling_rate,
+            flow=c.flow,
+            fhigh=c.fhigh,
+            basef=c.basef,
+            compression_type=c.compression_type,
+            compression_n=c.compression_n,
+            compression_knee_db=c.compression_knee_db,
+            dboffset=c.dboffset,
+            adt_hp_fc=c.adt_hp_fc,
+            mflow=c.mflow,
+            mfhigh=c.mfhigh,
+            modbank_qfactor=c.modbank_qfactor,
+            lp_150hz=c.lp_150hz,
+            dtype=self.torch_dtype,
+            ihc_kwargs=ihc,
+            modulation_kwargs=mod,
+            preset=c.preset,
+        )
+
+    def _spec(self) -> tuple[np.ndarray, np.ndarray]:
+        m = self.model("cpu")
+        return m.fc.detach().double().numpy(), m.mfc.detach().double().numpy()
+
+    def feature_dim(self, sampling_rate: int) -> int:
+        self._check_rate(sampling_rate)
+        fc, mfc = self._spec()
+        return len(fc) * (len(mfc) if self.config.stage == "modulation" else 1)
+
+    def feature_names(self) -> list[str]:
+        fc, mfc = self._spec()
+        if self.config.stage != "modulation":
+            return [f"fc={f:.1f}Hz" for f in fc]
+        return [f"fc={f:.1f}Hz/mfc={m:.2f}Hz" for f in fc for m in mfc]
+
+    def _sample_features(self, model: torch.nn.Module, x: Tensor, state: Any) -> tuple[Tensor, Any]:
+        out, new = model.stream(x[:, 0], state, upto=self.config.stage)
+        y = out[self.config.stage]
+        if self.config.stage == "modulation":
+            if self.config.envelope == "abs":
+                sel = (model.mfc > model.pi_cutoff).to(y.device)[:, None]
+                y = torch.where(sel, y.abs() * (np.pi / (2.0 * np.sqrt(2.0))), y)
+            B, C, M, T = y.shape
+            y = y.reshape(B, C * M, T)
+        return y, new

@@ -264,7 +264,7 @@ def lti_filter(
         s_last = S_prev[..., -1, :]
         Pr = P[..., r, :, :]
         ctrl_r = PB[..., :r, :].flip(-2)  # row j = A^(r-1-j) B
-        s_T = (Pr @ s_last[..., None]).squeeze(-1) + xb[..., -1, :r] @ ctrl_r
+        s_T = (Pr @ s_last[..., None]).squeeze(-1) + (xb[..., -1, None, :r] @ ctrl_r).squeeze(-2)
     return y, s_T
 
 

@@ -249,7 +249,7 @@ def excitation_matrices(fc: np.ndarray, variant: str) -> dict[str, np.ndarray]:
     Keys: ``level`` (matrix giving the input intensity per ERB; ``(960, 960)`` at the components
     for ``"moore2016"``, ``(960, C)`` at the channel centres for ``"gm2002"``), ``upper``
     ``(960, C)`` (upper-side weights, components at or above ``fc``), ``lower_h`` ``(960, C)``
-    (``p(fc) |g|`` for components below ``fc``, 1e4 elsewhere), ``n_below`` ``(C,)`` (number of
+    (``-p(fc) |g|`` for components below ``fc``, -80 elsewhere), ``n_below`` ``(C,)`` (number of
     bins below each ``fc``). All include the restriction ``g <= 4`` of the reference code.
     """
     f = _bin_hz()
@@ -257,7 +257,7 @@ def excitation_matrices(fc: np.ndarray, variant: str) -> dict[str, np.ndarray]:
     g = (f[:, None] - fc[None, :]) / fc[None, :]  # (K, C)
     ok = g <= 4.0
     upper = np.where((f[:, None] >= fc[None, :]) & ok, _roex(pc[None, :] * np.abs(g)), 0.0)
-    lower_h = np.where(f[:, None] < fc[None, :], pc[None, :] * np.abs(g), 1e4)
+    lower_h = np.where(f[:, None] < fc[None, :], -pc[None, :] * np.abs(g), -80.0)
     if variant == "moore2016":
         pk = roex_p(f)
         gk = (f[None, :] - f[:, None]) / f[:, None]  # (i, k): component i filter at f_k
@@ -269,6 +269,9 @@ def excitation_matrices(fc: np.ndarray, variant: str) -> dict[str, np.ndarray]:
     else:
         level = np.where(ok, _roex(pc[None, :] * np.abs(g)), 0.0)
     n_below = (f[:, None] < fc[None, :]).sum(axis=0)
+    # weights below 1e-30 are negligible and would be subnormal in float32 (slow matmuls)
+    level = np.where(level < 1e-30, 0.0, level)
+    upper = np.where(upper < 1e-30, 0.0, upper)
     return {"level": level, "upper": upper, "lower_h": lower_h, "n_below": n_below}
 
 
@@ -286,7 +289,9 @@ def _lower_branch(
     """
     c_total = lower_h.shape[1]
     out = []
-    group = 16
+    # few components (sparse spectra): one group; many: groups of 16 channels, so that the
+    # staircase of "bins below fc" is followed closely and the blocks stay cache-sized
+    group = c_total if lower_h.shape[0] <= 256 else 16
     for c0 in range(0, c_total, group):
         c1 = min(c0 + group, c_total)
         kmax = int(n_below[c1 - 1])
@@ -294,12 +299,15 @@ def _lower_branch(
             out.append(intensity.new_zeros(*intensity.shape[:-1], c1 - c0))
             continue
         h = lower_h[:kmax, c0:c1]
+        # v = -u = -p_l |g|; exp(-80) is still a normal float32 (larger arguments would hit
+        # the slow underflow path and contribute nothing)
         if per_channel:
-            u = s[..., None, c0:c1] * h
+            v = s[..., None, c0:c1] * h
         else:
-            u = s[..., :kmax, None] * h
-        e = torch.exp(-u)
-        w = torch.addcmul(e, u, e)
+            v = s[..., :kmax, None] * h
+        v = v.clamp_(min=-80.0)
+        e = torch.exp(v)
+        w = torch.addcmul(e, v, e, value=-1.0)  # (1 + u) exp(-u)
         out.append((intensity[..., None, :kmax] @ w).squeeze(-2))
     return torch.cat(out, dim=-1)
 
@@ -362,7 +370,9 @@ def _pchip(x: np.ndarray, y: np.ndarray, xi: np.ndarray, extrapolate: bool) -> n
     return out
 
 
-def specific_loudness_params(fc: np.ndarray, a_outside: str = "extrapolate") -> dict[str, np.ndarray]:
+def specific_loudness_params(
+    fc: np.ndarray, a_outside: str = "extrapolate"
+) -> dict[str, np.ndarray]:
     """Per-channel parameters of the specific-loudness function (MGB 1997 / ANSI S3.4-2007).
 
     ``E_thrq`` (excitation at threshold, linear): table interpolated linearly in frequency below
@@ -426,9 +436,11 @@ def agc_reference(x: Tensor, attack: float, release: float, dim: int = -1) -> Te
     """
     xt = x.movedim(dim, 0)
     s = torch.zeros_like(xt[0])
+    att = torch.full_like(s, attack)
+    rel = torch.full_like(s, release)
     out = []
     for v in xt:
-        a = torch.where(v > s, attack, release).to(v.dtype)
+        a = torch.where(v > s, att, rel)
         s = s + a * (v - s)
         out.append(s)
     return torch.stack(out, 0).movedim(0, dim)
@@ -470,7 +482,9 @@ def agc(x: Tensor, attack: float, release: float, dim: int = -1, backend: str = 
 # ----------------------------------------------------------------------------------------------
 # binaural inhibition (Moore et al. 2016)
 # ----------------------------------------------------------------------------------------------
-def binaural_smoothing_matrix(n_channels: int = 150, sigma: float = 0.08, step: float = 0.25) -> np.ndarray:
+def binaural_smoothing_matrix(
+    n_channels: int = 150, sigma: float = 0.08, step: float = 0.25
+) -> np.ndarray:
     """Matrix ``M`` with ``S @ M`` = the cross-channel Gaussian smoothing of Moore et al. (2016).
 
     Weights ``exp(-(sigma g)^2)``, ``g = -18 … 18`` Cam in ``step`` steps, normalised to unit sum,

@@ -94,7 +94,7 @@ class Moore2016(nn.Module):
         temporal_integration_kwargs: dict[str, Any] | None = None,
         binaural_loudness_kwargs: dict[str, Any] | None = None,
         ltl_agc_kwargs: dict[str, Any] | None = None,
-        chunk_frames: int = 64,
+        chunk_frames: int = 16,
     ) -> None:
         super().__init__()
         if preset not in MOORE2016_PRESETS:
@@ -121,7 +121,9 @@ class Moore2016(nn.Module):
         self._check_unused("spectrum_kwargs", spk)
         self._bases = L.dft_bases("moore2016")
         for i, (_, _, basis) in enumerate(self._bases):
-            self.register_buffer(f"dft_basis_{i}", torch.tensor(basis, dtype=dtype), persistent=False)
+            self.register_buffer(
+                f"dft_basis_{i}", torch.tensor(basis, dtype=dtype), persistent=False
+            )
 
         exk = dict(excitation_kwargs or {})
         lo = float(exk.pop("erb_lower", 1.75))
@@ -229,7 +231,9 @@ class Moore2016(nn.Module):
         f_total = self.n_frames(n)
         half = (self.ear_fir.shape[0] - 1) // 2
         z = L.fir_filter_full(x, self.ear_fir)
-        bases = [(ln, b, getattr(self, f"dft_basis_{i}")) for i, (ln, b, _) in enumerate(self._bases)]
+        bases = [
+            (ln, b, getattr(self, f"dft_basis_{i}")) for i, (ln, b, _) in enumerate(self._bases)
+        ]
         inten = L.multires_intensity(z, -half, 0, f_total, bases)
         keep = L.prune_components(inten) if self.prune else inten > 0
         params = self._params()
@@ -243,14 +247,21 @@ class Moore2016(nn.Module):
                 spec.append(torch.zeros_like(e))
                 exc.append(e)
                 continue
-            idx = cols.cpu().numpy()
-            mats = {
-                "level": self.exc_level[cols][:, cols],
-                "upper": self.exc_upper[cols],
-                "lower_h": self.exc_lower_h[cols],
-            }
-            n_below = np.searchsorted(idx, self._n_below)
-            e, anyk = L.excitation_moore2016(ic[..., cols], kc[..., cols], mats, n_below)
+            if cols.numel() == L.N_BINS:  # dense spectrum: no gathers
+                mats = {
+                    "level": self.exc_level,
+                    "upper": self.exc_upper,
+                    "lower_h": self.exc_lower_h,
+                }
+                e, anyk = L.excitation_moore2016(ic, kc, mats, self._n_below)
+            else:
+                mats = {
+                    "level": self.exc_level[cols][:, cols],
+                    "upper": self.exc_upper[cols],
+                    "lower_h": self.exc_lower_h[cols],
+                }
+                n_below = np.searchsorted(cols.cpu().numpy(), self._n_below)
+                e, anyk = L.excitation_moore2016(ic[..., cols], kc[..., cols], mats, n_below)
             nsp = L.specific_loudness(e, params, self.c, "moore2016")
             nsp = nsp * self.channel_mask * anyk[..., None].to(nsp.dtype)
             spec.append(nsp)
@@ -305,7 +316,9 @@ class Moore2016(nn.Module):
         out["erb_fc_hz"] = torch.tensor(self.erb_fc_hz)
         return out
 
-    def specific_loudness_frames(self, x: Tensor, which: str = "instantaneous") -> dict[str, Tensor]:
+    def specific_loudness_frames(
+        self, x: Tensor, which: str = "instantaneous"
+    ) -> dict[str, Tensor]:
         """Frame-level specific-loudness pattern for feature extraction.
 
         Returns ``{"specific_loudness": (B, F, 2 C), "stl": (B, F), "ltl": (B, F)}`` with the

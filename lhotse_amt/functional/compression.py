@@ -1,0 +1,42 @@
+"""Instantaneous compression of the King, Varnet & Lorenzi (2019) model (AMT
+``compression_brokenstick``), sign-preserving.
+
+Broken stick (King et al. 2019, eq. 1; AMT): with the knee amplitude
+``K = 10^((knee_db - dboffset) / 20)`` (``knee_db`` in dB SPL on the scale where rms 1 =
+``dboffset`` dB SPL; 3.1623e-4 for 30 dB with ``dboffset = 100``):
+
+    y = x                                  for |x| <= K
+    y = sign(x) K (|x| / K)^n              for |x| >  K      (n = 0.3)
+
+Power law (option): ``y = sign(x) |x|^n``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["knee_amplitude", "broken_stick_compression", "power_compression"]
+
+
+def knee_amplitude(knee_db: float = 30.0, dboffset: float = 100.0) -> float:
+    """Amplitude of the knee: ``10^((knee_db - dboffset) / 20)``."""
+    return 10.0 ** ((knee_db - dboffset) / 20.0)
+
+
+def broken_stick_compression(
+    x: Tensor, knee_db: float = 30.0, exponent: float | Tensor = 0.3, dboffset: float = 100.0
+) -> Tensor:
+    """Broken-stick compression of ``x (...)`` (shape kept): linear below the knee,
+    ``sign(x) K (|x|/K)^n`` above it. ``exponent`` may be a (learnable) tensor
+    broadcasting with ``x``."""
+    K = knee_amplitude(knee_db, dboffset)
+    ax = x.abs()
+    # clamp keeps the unused branch finite (and its gradient zero) below the knee
+    comp = torch.sign(x) * K * (ax.clamp(min=K) / K) ** exponent
+    return torch.where(ax > K, comp, x)
+
+
+def power_compression(x: Tensor, exponent: float | Tensor = 0.3) -> Tensor:
+    """``sign(x) |x|^n`` (the derivative is unbounded at 0)."""
+    return torch.sign(x) * x.abs() ** exponent

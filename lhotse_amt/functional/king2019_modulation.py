@@ -1,0 +1,217 @@
+"""Modulation filterbank and phase insensitivity of King, Varnet & Lorenzi (2019)
+(AMT ``king2019_modfilterbank``, ``phase_insens_hilbert``).
+
+**Centre frequencies** (constant Q): ``mfc_k = mflow r^k <= mfhigh`` with
+``r = (sqrt(4 Q^2 + 1) + 1) / (sqrt(4 Q^2 + 1) - 1)`` (2.618 for ``Q = 1``: 2, 5.236,
+13.708, 35.889, 93.957 Hz for 2 ... 150 Hz), or ``nmod`` log-spaced frequencies.
+
+**Band-passes**: 2nd-order Butterworth band-pass prototype (4th order overall), bilinear
+transform, edges ``f_{1,2} = mfc (sqrt(4 + 1/Q^2) -/+ 1/Q) / 2`` (bandwidth ``mfc / Q``,
+geometric centre ``mfc``). The default realisation is second-order sections; AMT runs
+the expanded transfer function (``form="tf"``), which is ill-conditioned for the 2- and
+5.2-Hz bands (poles within ~2e-4 of ``z = 1``): their output depends on the last bits of
+the coefficients (reference README section 6).
+
+**Phase insensitivity** (:func:`phase_insensitivity`): for bands with ``mfc > cutoff``
+(10 Hz) the output is the Hilbert envelope ``|x + i H{x}|`` (FFT over the whole signal)
+scaled by ``rms(x) / rms(|x + i H{x}|)`` (whole-signal rms per channel and band); bands
+at or below the cut-off pass unchanged. This step is non-causal.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.signal
+import torch
+from torch import Tensor
+
+from .iir import lti_filter, resolve_backend, sosfilt
+
+__all__ = [
+    "king2019_modulation_frequencies",
+    "king2019_band_edges",
+    "king2019_modulation_sos",
+    "king2019_modulation_tf",
+    "tf_filter",
+    "tf_to_statespace",
+    "king2019_modulation_filterbank",
+    "hilbert_envelope",
+    "phase_insensitivity",
+]
+
+
+def king2019_modulation_frequencies(
+    mflow: float = 2.0, mfhigh: float = 150.0, qfactor: float = 1.0, nmod: int | None = None
+) -> np.ndarray:
+    """Modulation centre frequencies (Hz), see the module docstring."""
+    if not (0 < mflow <= mfhigh):
+        raise ValueError(f"need 0 < mflow <= mfhigh, got {mflow}, {mfhigh}")
+    if qfactor <= 0:
+        raise ValueError("qfactor must be positive")
+    if nmod is not None:
+        if nmod < 1:
+            raise ValueError("nmod must be >= 1")
+        return np.exp(np.linspace(math.log(mflow), math.log(mfhigh), int(nmod)))
+    s = math.sqrt(4 * qfactor**2 + 1)
+    r = (s + 1) / (s - 1)
+    K = math.floor(math.log(mfhigh / mflow) / math.log(r) + 1e-9)
+    return mflow * r ** np.arange(K + 1)
+
+
+def king2019_band_edges(mfc: np.ndarray, qfactor: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper edges (Hz) of the band-passes: ``mfc (sqrt(4 + 1/Q^2) -/+ 1/Q) / 2``."""
+    mfc = np.asarray(mfc, dtype=np.float64)
+    c = mfc / 2 * math.sqrt(4 + 1 / qfactor**2)
+    return c - mfc / (2 * qfactor), c + mfc / (2 * qfactor)
+
+
+def _check_edges(fs: float, f2: np.ndarray) -> None:
+    if np.any(f2 >= fs / 2):
+        raise ValueError(
+            f"modulation band edge {float(np.max(f2)):.1f} Hz is not below fs/2 = {fs / 2:g} Hz"
+        )
+
+
+def king2019_modulation_sos(
+    fs: float, mfc: np.ndarray, qfactor: float = 1.0, order: int = 2
+) -> np.ndarray:
+    """Second-order sections ``(M, order, 6)`` of the band-passes."""
+    f1, f2 = king2019_band_edges(mfc, qfactor)
+    _check_edges(fs, f2)
+    return np.stack(
+        [scipy.signal.butter(order, [a, b], "bandpass", fs=fs, output="sos") for a, b in zip(f1, f2)]
+    )
+
+
+def king2019_modulation_tf(
+    fs: float, mfc: np.ndarray, qfactor: float = 1.0, order: int = 2
+) -> tuple[np.ndarray, np.ndarray]:
+    """Transfer-function coefficients ``b, a`` ``(M, 2 order + 1)`` (AMT's form)."""
+    f1, f2 = king2019_band_edges(mfc, qfactor)
+    _check_edges(fs, f2)
+    ba = [scipy.signal.butter(order, [a / (fs / 2), b / (fs / 2)], "bandpass") for a, b in zip(f1, f2)]
+    return np.stack([b for b, _ in ba]), np.stack([a for _, a in ba])
+
+
+def tf_to_statespace(b: Tensor, a: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """State-space form of the transposed direct form II (state = scipy ``lfilter``'s
+    ``zi``): ``b, a (..., K + 1)`` with ``a[..., 0] == 1``."""
+    K = b.shape[-1] - 1
+    lead = b.shape[:-1]
+    A = b.new_zeros((*lead, K, K))
+    A[..., :, 0] = -a[..., 1:]
+    if K > 1:
+        idx = torch.arange(K - 1)
+        A[..., idx, idx + 1] = 1.0
+    B = b[..., 1:] - a[..., 1:] * b[..., :1]
+    C = b.new_zeros((*lead, 1, K))
+    C[..., 0, 0] = 1.0
+    D = b[..., :1]
+    return A, B, C, D
+
+
+def tf_filter(
+    x: Tensor,
+    b: Tensor,
+    a: Tensor,
+    zi: Tensor | None = None,
+    *,
+    return_state: bool = False,
+    backend: str = "auto",
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Direct-form IIR ``b(z) / a(z)`` along the last axis (``scipy.signal.lfilter``
+    semantics, transposed direct form II), coefficients broadcast with ``x.shape[:-1]``.
+
+    ``backend="numba"`` runs the sample recursion (:mod:`lhotse_amt.kernels.tf`);
+    ``"torch"`` the chunked state-space evaluation (differentiable; mathematically equal
+    but not bit-identical, which matters for ill-conditioned polynomials).
+    """
+    if b.shape[-1] != a.shape[-1]:
+        raise ValueError("b and a must have the same number of coefficients")
+    dtype = torch.promote_types(x.dtype, b.dtype)
+    x = x.to(dtype)
+    b = b.to(dtype=dtype, device=x.device)
+    a = a.to(dtype=dtype, device=x.device)
+    if bool((a[..., 0] != 1).any()):
+        b, a = b / a[..., :1], a / a[..., :1]
+    K = b.shape[-1] - 1
+    lead = torch.broadcast_shapes(x.shape[:-1], b.shape[:-1])
+    be = resolve_backend(backend, x, b, a, zi)
+    T = x.shape[-1]
+    if be == "numba":
+        from ..kernels import tf
+
+        xf = x.expand(*lead, T).reshape(-1, T)
+        bf = b.expand(*lead, K + 1).reshape(-1, K + 1)
+        af = a.expand(*lead, K + 1).reshape(-1, K + 1)
+        z0 = None if zi is None else zi.to(dtype).expand(*lead, K).reshape(-1, K)
+        y, zf = tf.lfilter(xf, bf, af, z0)
+        y, zf = y.reshape(*lead, T), zf.reshape(*lead, K)
+    else:
+        A, B, C, D = tf_to_statespace(b, a)
+        y, zf = lti_filter(x, A, B, C, D, None if zi is None else zi.to(dtype))
+        y = y[..., 0, :]
+    return (y, zf) if return_state else y
+
+
+def king2019_modulation_filterbank(
+    x: Tensor,
+    sos: Tensor | None = None,
+    b: Tensor | None = None,
+    a: Tensor | None = None,
+    state: Tensor | None = None,
+    *,
+    return_state: bool = False,
+    backend: str = "auto",
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Band-pass bank on ``x (..., C, T)`` -> ``(..., C, M, T)``.
+
+    Give either ``sos (M, S, 6)`` or the transfer functions ``b, a (M, K + 1)``. The
+    filters run in the coefficients' dtype (keep them float64: the low bands have poles
+    close to ``z = 1``); the output has ``x``'s dtype. ``state``: the filter states of a
+    previous call (``(..., C, M, S, 2)`` or ``(..., C, M, K)``).
+    """
+    u = x.unsqueeze(-2)
+    if sos is not None:
+        y, st = sosfilt(u, sos, state, return_state=True, backend=backend)
+    elif b is not None and a is not None:
+        y, st = tf_filter(u, b, a, state, return_state=True, backend=backend)
+    else:
+        raise ValueError("give sos or (b, a)")
+    y = y.to(x.dtype)
+    return (y, st) if return_state else y
+
+
+def hilbert_envelope(x: Tensor) -> Tensor:
+    """``|analytic(x)|`` along the last axis (FFT of the whole length, as
+    :func:`scipy.signal.hilbert`)."""
+    T = x.shape[-1]
+    X = torch.fft.fft(x, dim=-1)
+    h = torch.zeros(T, dtype=x.dtype, device=x.device)
+    if T % 2 == 0:
+        h[0] = h[T // 2] = 1.0
+        h[1 : T // 2] = 2.0
+    else:
+        h[0] = 1.0
+        h[1 : (T + 1) // 2] = 2.0
+    return torch.fft.ifft(X * h, dim=-1).abs()
+
+
+def phase_insensitivity(x: Tensor, mfc: Tensor | np.ndarray, cutoff: float = 10.0) -> Tensor:
+    """Phase-insensitive output of ``x (..., M, T)`` (band ``m`` at ``mfc[m]`` Hz): the
+    rms-matched Hilbert envelope for ``mfc > cutoff``, ``x`` otherwise. Non-causal."""
+    mfc = torch.as_tensor(np.asarray(mfc, dtype=np.float64))
+    sel = torch.nonzero(mfc > cutoff).flatten().tolist()
+    if not sel:
+        return x
+    idx = torch.as_tensor(sel, device=x.device)
+    xs = x.index_select(-2, idx)
+    env = hilbert_envelope(xs)
+    rx = xs.square().mean(-1, keepdim=True).sqrt()
+    re = env.square().mean(-1, keepdim=True).sqrt()
+    ratio = torch.where(re > 0, rx / torch.where(re > 0, re, torch.ones_like(re)), 0.0 * re)
+    out = x.clone()
+    out[..., sel, :] = env * ratio
+    return out

@@ -1,0 +1,66 @@
+"""Polyphase rational resampling (anti-aliased), equivalent to
+:func:`scipy.signal.resample_poly` with its default Kaiser-window FIR.
+
+``fs_out / fs_in = up / down`` (reduced). The anti-alias low-pass is a ``2 L + 1``-tap
+windowed sinc, ``L = 10 max(up, down)``, cut-off ``1 / max(up, down)`` of the
+intermediate Nyquist frequency, Kaiser window ``beta = 5``, gain ``up``; it is centred
+(zero-phase), the input zero-padded at both ends, and the output has
+``ceil(T up / down)`` samples. Only the needed output samples are computed: one strided
+convolution per output phase (``up`` of them), differentiable.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import scipy.signal
+import torch
+from torch import Tensor
+
+__all__ = ["rational_factors", "resample_poly"]
+
+
+def rational_factors(fs_in: float, fs_out: float, max_denominator: int = 10000) -> tuple[int, int]:
+    """``(up, down)`` with ``fs_out / fs_in = up / down`` (reduced)."""
+    if fs_in <= 0 or fs_out <= 0:
+        raise ValueError("sampling rates must be positive")
+    fr = Fraction(fs_out / fs_in).limit_denominator(max_denominator)
+    return fr.numerator, fr.denominator
+
+
+def resample_poly(x: Tensor, up: int, down: int) -> Tensor:
+    """Resample ``x (..., T)`` by ``up / down`` along the last axis."""
+    g = math.gcd(up, down)
+    up, down = up // g, down // g
+    if up == down == 1:
+        return x
+    T = x.shape[-1]
+    n_out = T * up // down + int(T * up % down != 0)
+    max_rate = max(up, down)
+    half = 10 * max_rate
+    h = scipy.signal.firwin(2 * half + 1, 1.0 / max_rate, window=("kaiser", 5.0)) * up
+    lead = x.shape[:-1]
+    xf = x.reshape(-1, 1, T)
+    # y[i] = sum_k x[k] h[t_i - k up],  t_i = i down + half   (h centred on the output)
+    phases = []
+    span = 0
+    for r in range(min(up, n_out)):
+        t = r * down + half
+        p, k0 = t % up, t // up
+        taps = h[p::up]  # taps[j] multiplies x[k0 - j]
+        phases.append((k0, taps))
+        span = max(span, len(taps))
+    pad_l = span
+    n_blocks = -(-n_out // up)
+    pad_r = max(0, (n_blocks + 1) * down + half // up + 2 - T)
+    xp = torch.nn.functional.pad(xf, (pad_l, pad_r))
+    y = xf.new_zeros((xf.shape[0], n_blocks, up))
+    for r, (k0, taps) in enumerate(phases):
+        w = torch.as_tensor(np.ascontiguousarray(taps[::-1]), dtype=x.dtype, device=x.device)
+        start = k0 - (len(taps) - 1) + pad_l
+        nb = -(-(n_out - r) // up)
+        seg = xp[..., start : start + (nb - 1) * down + len(taps)]
+        y[:, :nb, r] = torch.nn.functional.conv1d(seg, w.view(1, 1, -1), stride=down)[:, 0, :nb]
+    return y.reshape(xf.shape[0], -1)[:, :n_out].reshape(*lead, n_out)

@@ -1,0 +1,474 @@
+"""Compiled kernels of the Paulick et al. (2024) front end: DRNL filterbank, physiological
+inner hair cell (IHC) and a fused DRNL -> IHC -> adaptation-loop pass.
+
+Numba (CPU): ``@njit(cache=True)``, one batch row per ``prange`` iteration, time in the
+outer loop and the auditory channels in the inner loop (the channels are independent
+recursions, so the inner loop keeps many of them in flight at once). Every kernel runs
+in the dtype of its input (float32 or float64) and evaluates exactly the recursion of its
+plain-torch reference:
+
+* :func:`drnl` - :func:`lhotse_amt.functional.drnl.drnl`;
+* :func:`ihc` - :func:`lhotse_amt.functional.ihc_paulick.ihc_paulick_reference`;
+* :func:`frontend` - the three stages in series (DRNL, IHC, adaptation loops of
+  :mod:`lhotse_amt.functional.adaptation`), without storing the intermediate signals.
+
+Triton (CUDA): :func:`ihc_triton`, one program per block of rows, sequential in time.
+Importing this module never fails without Triton or a GPU (``HAS_TRITON`` /
+:func:`triton_available`); ``TRITON_INTERPRET=1`` runs the kernel on the CPU (tests).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import torch
+from numba import njit, prange
+
+from .cpu import _threads
+
+__all__ = ["drnl", "ihc", "frontend", "ihc_triton", "HAS_TRITON", "triton_available"]
+
+_NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
+
+
+def _np(t: torch.Tensor, dtype: np.dtype | None = None) -> np.ndarray:
+    a = np.ascontiguousarray(t.detach().cpu().numpy())
+    return a if dtype is None else np.ascontiguousarray(a.astype(dtype, copy=False))
+
+
+def _sos_cm(sos: torch.Tensor, dt: np.dtype) -> np.ndarray:
+    """``(C, S, 6)`` sections (``a0 = 1``) -> channel-minor ``(5, S, C)``: b0, b1, b2, a1, a2."""
+    a = _np(sos, dt)[..., [0, 1, 2, 4, 5]]
+    return np.ascontiguousarray(a.transpose(2, 1, 0))
+
+
+def _state_cm(z: torch.Tensor | None, N: int, C: int, S: int, dt: np.dtype) -> np.ndarray:
+    """``(..., C, S, 2)`` states (scipy convention) -> ``(N, 2, S, C)`` working copy."""
+    if z is None:
+        return np.zeros((N, 2, S, C), dt)
+    zz = _np(z.expand(*z.shape[:-3], C, S, 2).reshape(-1, C, S, 2), dt)
+    if zz.shape[0] != N:
+        zz = np.broadcast_to(zz, (N, C, S, 2))
+    return np.ascontiguousarray(zz.transpose(0, 3, 2, 1))
+
+
+def _state_back(z: np.ndarray, lead: tuple[int, ...]) -> torch.Tensor:
+    N, _, S, C = z.shape
+    return torch.from_numpy(np.ascontiguousarray(z.transpose(0, 3, 2, 1))).reshape(
+        *lead, C, S, 2
+    )
+
+
+# --------------------------------------------------------------------------------------
+# per-sample building blocks (inlined into the kernels)
+# --------------------------------------------------------------------------------------
+
+
+@njit(inline="always", **_NOPY)
+def _sections(v, b0a, b1a, b2a, a1a, a2a, z1a, z2a):  # pragma: no cover - compiled
+    # transposed direct form II biquads in series on every channel k of v at once;
+    # coefficients and states (S, C), one contiguous row per section
+    S = b0a.shape[0]
+    C = v.shape[0]
+    for s in range(S):
+        b0 = b0a[s]
+        b1 = b1a[s]
+        b2 = b2a[s]
+        a1 = a1a[s]
+        a2 = a2a[s]
+        z1 = z1a[s]
+        z2 = z2a[s]
+        for k in range(C):
+            w = v[k]
+            o = b0[k] * w + z1[k]
+            z1[k] = b1[k] * w - a1[k] * o + z2[k]
+            z2[k] = b2[k] * w - a2[k] * o
+            v[k] = o
+
+
+@njit(inline="always", **_NOPY)
+def _stick(u, a, b, c, quarter):  # pragma: no cover - compiled
+    # sign(u) min(a |u|, b |u|^c); c = 1/4 as two square roots (vectorisable)
+    C = u.shape[0]
+    if quarter:
+        for k in range(C):
+            w = u[k]
+            m = abs(w)
+            lo = a[k] * m
+            hi = b[k] * math.sqrt(math.sqrt(m))
+            u[k] = math.copysign(lo if lo < hi else hi, w)
+    else:
+        for k in range(C):
+            w = u[k]
+            m = abs(w)
+            lo = a[k] * m
+            hi = b[k] * m**c
+            u[k] = math.copysign(lo if lo < hi else hi, w)
+
+
+@njit(inline="always", **_NOPY)
+def _drnl_step(xv, g, L, N1, N2, a, b, c, quarter, ZL, Z1, Z2, v, u):  # pragma: no cover
+    C = v.shape[0]
+    for k in range(C):
+        v[k] = g[k] * xv
+        u[k] = xv
+    _sections(v, L[0], L[1], L[2], L[3], L[4], ZL[0], ZL[1])
+    _sections(u, N1[0], N1[1], N1[2], N1[3], N1[4], Z1[0], Z1[1])
+    _stick(u, a, b, c, quarter)
+    _sections(u, N2[0], N2[1], N2[2], N2[3], N2[4], Z2[0], Z2[1])
+    for k in range(C):
+        v[k] = v[k] + u[k]
+
+
+@njit(inline="always", **_NOPY)
+def _split(cf):  # pragma: no cover - compiled
+    # (K, S, C) -> tuple of K contiguous (S, C) copies
+    return cf[0].copy(), cf[1].copy(), cf[2].copy(), cf[3].copy(), cf[4].copy()
+
+
+@njit(inline="always", **_NOPY)
+def _split2(z):  # pragma: no cover - compiled
+    return z[0].copy(), z[1].copy()
+
+
+@njit(inline="always", **_NOPY)
+def _ihc_step(v, p, w):  # pragma: no cover - compiled
+    # p: scale, Gmax, x0, s0, s1, zmax, k=dt/Cm, Gkf, Gks, dEP, dKf, dKs
+    scale, gmax, x0, s0, s1, zmax = p[0], p[1], p[2], p[3], p[4], p[5]
+    kk, gkf, gks, dep, dkf, dks = p[6], p[7], p[8], p[9], p[10], p[11]
+    C = v.shape[0]
+    for k in range(C):
+        z = x0 - scale * v[k]
+        if z > zmax:
+            z = zmax
+        G = gmax / (1.0 + math.exp(z / s1) * (1.0 + math.exp(z / s0)))
+        W = w[k]
+        W = W + kk * (-G * (W + dep) - gkf * (W + dkf) - gks * (W + dks))
+        w[k] = W
+        v[k] = W
+
+
+@njit(inline="always", **_NOPY)
+def _adapt_step(v, a, m, s, minlvl, use_limit, c0, sc):  # pragma: no cover - compiled
+    J = a.shape[0]
+    C = v.shape[0]
+    for k in range(C):
+        x = v[k]
+        if x < minlvl:
+            x = minlvl
+        for j in range(J):
+            x = x / s[j, k]
+            if use_limit and x > 1.0:
+                mj = m[j, k]
+                x = 2.0 * mj / (1.0 + math.exp(-2.0 * (x - 1.0) / mj)) - (mj - 1.0)
+            s[j, k] = a[j, k] * s[j, k] + (1.0 - a[j, k]) * x
+        v[k] = (x - c0) * sc
+
+
+# --------------------------------------------------------------------------------------
+# kernels
+# --------------------------------------------------------------------------------------
+
+
+@njit(parallel=True, **_NOPY)
+def _drnl_kernel(x, g, lin, nl1, nl2, a, b, c, zl, z1, z2, y):  # pragma: no cover
+    N, T = x.shape
+    C = g.shape[0]
+    quarter = c == 0.25
+    for r in prange(N):
+        v = np.empty(C, x.dtype)
+        u = np.empty(C, x.dtype)
+        L = _split(lin)
+        N1 = _split(nl1)
+        N2 = _split(nl2)
+        ZL = _split2(zl[r])
+        Z1 = _split2(z1[r])
+        Z2 = _split2(z2[r])
+        xr = x[r]
+        yr = y[r]
+        for n in range(T):
+            _drnl_step(xr[n], g, L, N1, N2, a, b, c, quarter, ZL, Z1, Z2, v, u)
+            for k in range(C):
+                yr[k, n] = v[k]
+        for i in range(2):
+            zl[r, i] = ZL[i]
+            z1[r, i] = Z1[i]
+            z2[r, i] = Z2[i]
+
+
+@njit(parallel=True, **_NOPY)
+def _ihc_kernel(x, p, w, y):  # pragma: no cover - compiled
+    N, C, T = x.shape
+    for r in prange(N):
+        v = np.empty(C, x.dtype)
+        wr = w[r].copy()
+        for n in range(T):
+            for k in range(C):
+                v[k] = x[r, k, n]
+            _ihc_step(v, p, wr)
+            for k in range(C):
+                y[r, k, n] = v[k]
+        w[r] = wr
+
+
+@njit(parallel=True, **_NOPY)
+def _frontend_kernel(
+    x, g, lin, nl1, nl2, a, b, c, zl, z1, z2, p, w, aa, mm, s, minlvl, use_limit, c0, sc, y
+):  # pragma: no cover - compiled
+    N, T = x.shape
+    C = g.shape[0]
+    quarter = c == 0.25
+    for r in prange(N):
+        v = np.empty(C, x.dtype)
+        u = np.empty(C, x.dtype)
+        L = _split(lin)
+        N1 = _split(nl1)
+        N2 = _split(nl2)
+        ZL = _split2(zl[r])
+        Z1 = _split2(z1[r])
+        Z2 = _split2(z2[r])
+        wr = w[r].copy()
+        sr = s[r].copy()
+        xr = x[r]
+        yr = y[r]
+        for n in range(T):
+            _drnl_step(xr[n], g, L, N1, N2, a, b, c, quarter, ZL, Z1, Z2, v, u)
+            _ihc_step(v, p, wr)
+            _adapt_step(v, aa, mm, sr, minlvl, use_limit, c0, sc)
+            for k in range(C):
+                yr[k, n] = v[k]
+        for i in range(2):
+            zl[r, i] = ZL[i]
+            z1[r, i] = Z1[i]
+            z2[r, i] = Z2[i]
+        w[r] = wr
+        s[r] = sr
+
+
+# --------------------------------------------------------------------------------------
+# torch wrappers
+# --------------------------------------------------------------------------------------
+
+
+def _drnl_args(x, g, lin_sos, nl1_sos, nl2_sos, a, b, state):
+    lead = tuple(x.shape[:-1])
+    T = x.shape[-1]
+    xn = _np(x.reshape(-1, T))
+    if xn.dtype not in (np.float32, np.float64):
+        xn = xn.astype(np.float32)
+    dt = xn.dtype
+    N = xn.shape[0]
+    C = g.shape[0]
+    st = state or {}
+    args = (
+        _np(g, dt),
+        _sos_cm(lin_sos, dt),
+        _sos_cm(nl1_sos, dt),
+        _sos_cm(nl2_sos, dt),
+        _np(a, dt),
+        _np(b, dt),
+    )
+    zs = (
+        _state_cm(st.get("lin"), N, C, lin_sos.shape[-2], dt),
+        _state_cm(st.get("nl1"), N, C, nl1_sos.shape[-2], dt),
+        _state_cm(st.get("nl2"), N, C, nl2_sos.shape[-2], dt),
+    )
+    return lead, xn, args, zs
+
+
+def drnl(
+    x: torch.Tensor,
+    g: torch.Tensor,
+    lin_sos: torch.Tensor,
+    nl1_sos: torch.Tensor,
+    nl2_sos: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: float,
+    state: dict | None,
+) -> tuple[torch.Tensor, dict]:
+    """DRNL of ``x (..., T)`` -> ``(..., C, T)`` and the state dict (see
+    :func:`lhotse_amt.functional.drnl.drnl` for arguments and state layout)."""
+    _threads()
+    lead, xn, args, zs = _drnl_args(x, g, lin_sos, nl1_sos, nl2_sos, a, b, state)
+    N, T = xn.shape
+    C = args[0].shape[0]
+    y = np.empty((N, C, T), xn.dtype)
+    if T > 0:
+        _drnl_kernel(xn, *args, xn.dtype.type(c), *zs, y)
+    new = {k: _state_back(z, lead) for k, z in zip(("lin", "nl1", "nl2"), zs)}
+    return torch.from_numpy(y).reshape(*lead, C, T).to(x.device), new
+
+
+def _ihc_pack(p: dict[str, float], dt: np.dtype) -> np.ndarray:
+    keys = ("scale", "gmax", "x0", "s0", "s1", "zmax", "k", "gkf", "gks", "dep", "dkf", "dks")
+    return np.array([p[k] for k in keys], dtype=dt)
+
+
+def ihc(
+    x: torch.Tensor, consts: dict[str, float], state: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """IHC of ``x (..., C, T)`` -> ``(..., C, T)``; ``consts`` from
+    :func:`lhotse_amt.functional.ihc_paulick.ihc_step_constants`; ``state (..., C)``."""
+    _threads()
+    lead = tuple(x.shape[:-1])
+    C, T = x.shape[-2], x.shape[-1]
+    xn = _np(x.reshape(-1, C, T))
+    dt = xn.dtype
+    w = _np(state.expand(*lead).reshape(-1, C), dt).copy()
+    y = np.empty_like(xn)
+    if T > 0:
+        _ihc_kernel(xn, _ihc_pack(consts, dt), w, y)
+    return (
+        torch.from_numpy(y).reshape(*lead, T).to(x.device),
+        torch.from_numpy(w).reshape(*lead).to(x.device),
+    )
+
+
+def frontend(
+    x: torch.Tensor,
+    drnl_coefs: tuple,
+    drnl_state: dict | None,
+    ihc_consts: dict[str, float],
+    ihc_state: torch.Tensor,
+    adapt_a: torch.Tensor,
+    adapt_m: torch.Tensor,
+    adapt_state: torch.Tensor,
+    minlvl: float,
+    use_limit: bool,
+    out_offset: float,
+    out_scale: float,
+) -> tuple[torch.Tensor, dict, torch.Tensor, torch.Tensor]:
+    """DRNL -> IHC -> adaptation loops in one pass over ``x (B, T)``.
+
+    Args:
+        drnl_coefs: ``(g, lin_sos, nl1_sos, nl2_sos, a, b, c)`` as for :func:`drnl`.
+        ihc_consts, ihc_state ``(B, C)``: as for :func:`ihc`.
+        adapt_a, adapt_m: ``(C, J)`` loop coefficients and limiter constants;
+        adapt_state ``(B, C, J)``; minlvl, use_limit, out_offset ``c``, out_scale: the
+        adaptation-loop constants (output ``(v - c) * scale``, model units).
+
+    Returns:
+        adaptation output ``(B, C, T)`` and the three new states.
+    """
+    _threads()
+    g, lin_sos, nl1_sos, nl2_sos, a, b, c = drnl_coefs
+    lead, xn, args, zs = _drnl_args(x, g, lin_sos, nl1_sos, nl2_sos, a, b, drnl_state)
+    N, T = xn.shape
+    dt = xn.dtype
+    C = args[0].shape[0]
+    J = adapt_a.shape[-1]
+    w = _np(ihc_state.expand(*lead, C).reshape(N, C), dt).copy()
+    aa = np.ascontiguousarray(_np(adapt_a.expand(C, J), dt).T)
+    mm = np.ascontiguousarray(_np(adapt_m.expand(C, J), dt).T)
+    s = np.ascontiguousarray(
+        _np(adapt_state.expand(*lead, C, J).reshape(N, C, J), dt).transpose(0, 2, 1)
+    )
+    y = np.empty((N, C, T), dt)
+    if T > 0:
+        _frontend_kernel(
+            xn,
+            *args,
+            dt.type(c),
+            *zs,
+            _ihc_pack(ihc_consts, dt),
+            w,
+            aa,
+            mm,
+            s,
+            dt.type(minlvl),
+            bool(use_limit),
+            dt.type(out_offset),
+            dt.type(out_scale),
+            y,
+        )
+    dev = x.device
+    new_drnl = {k: _state_back(z, lead).to(dev) for k, z in zip(("lin", "nl1", "nl2"), zs)}
+    s_out = torch.from_numpy(np.ascontiguousarray(s.transpose(0, 2, 1))).reshape(*lead, C, J)
+    return (
+        torch.from_numpy(y).reshape(*lead, C, T).to(dev),
+        new_drnl,
+        torch.from_numpy(w).reshape(*lead, C).to(dev),
+        s_out.to(dev),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Triton (CUDA; CPU interpreter with TRITON_INTERPRET=1)
+# --------------------------------------------------------------------------------------
+
+try:  # pragma: no cover - depends on the installation
+    import triton
+    import triton.language as tl
+
+    HAS_TRITON = True
+except Exception:  # pragma: no cover
+    HAS_TRITON = False
+
+
+def triton_available() -> bool:
+    """True when :func:`ihc_triton` can run (CUDA device or ``TRITON_INTERPRET=1``)."""
+    interp = os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return HAS_TRITON and (torch.cuda.is_available() or interp)
+
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _ihc_triton_kernel(
+        x_ptr,
+        y_ptr,
+        w_ptr,
+        N,
+        T,
+        scale,
+        gmax,
+        x0,
+        s0,
+        s1,
+        zmax,
+        kk,
+        gkf,
+        gks,
+        dep,
+        dkf,
+        dks,
+        BLOCK: tl.constexpr,
+    ):  # pragma: no cover - compiled
+        pid = tl.program_id(0)
+        rows = pid * BLOCK + tl.arange(0, BLOCK)
+        rmask = rows < N
+        W = tl.load(w_ptr + rows, mask=rmask, other=0.0)
+        for n in range(0, T):
+            v = tl.load(x_ptr + rows * T + n, mask=rmask, other=0.0)
+            z = tl.minimum(x0 - scale * v, zmax)
+            G = gmax / (1.0 + tl.exp(z / s1) * (1.0 + tl.exp(z / s0)))
+            W = W + kk * (-G * (W + dep) - gkf * (W + dkf) - gks * (W + dks))
+            tl.store(y_ptr + rows * T + n, W, mask=rmask)
+        tl.store(w_ptr + rows, W, mask=rmask)
+
+
+def ihc_triton(
+    x: torch.Tensor, consts: dict[str, float], state: torch.Tensor, block: int = 64
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Triton version of :func:`ihc` (same I/O; tensors stay on their device)."""
+    if not triton_available():
+        raise RuntimeError("Triton kernels need triton and a CUDA device (or TRITON_INTERPRET=1)")
+    lead = tuple(x.shape[:-1])
+    T = x.shape[-1]
+    xf = x.reshape(-1, T).contiguous()
+    N = xf.shape[0]
+    y = torch.empty_like(xf)
+    w = state.expand(*lead).reshape(-1).to(xf.dtype).contiguous().clone()
+    if T > 0 and N > 0:
+        grid = (triton.cdiv(N, block),)
+        p = consts
+        _ihc_triton_kernel[grid](
+            xf, y, w, N, T,
+            p["scale"], p["gmax"], p["x0"], p["s0"], p["s1"], p["zmax"],
+            p["k"], p["gkf"], p["gks"], p["dep"], p["dkf"], p["dks"],
+            block,
+        )  # fmt: skip
+    return y.reshape(*lead, T), w.reshape(*lead)

@@ -1,0 +1,151 @@
+"""King et al. (2019) modulation filterbank module; see
+:mod:`lhotse_amt.functional.king2019_modulation`."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..functional.king2019_modulation import (
+    king2019_modulation_filterbank,
+    king2019_modulation_frequencies,
+    king2019_modulation_sos,
+    king2019_modulation_tf,
+)
+
+__all__ = ["King2019ModulationFilterbank", "ButterworthFilter"]
+
+
+@lru_cache(maxsize=1)
+def _amt14_coefficients() -> dict:
+    text = resources.files("lhotse_amt").joinpath("data/king2019_amt14_mfb.json").read_text()
+    return json.loads(text)
+
+
+class King2019ModulationFilterbank(nn.Module):
+    """Constant-Q Butterworth band-pass modulation filterbank (King et al. 2019).
+
+    Args:
+        fs: sampling rate (Hz).
+        mflow, mfhigh: lowest centre frequency and upper limit (Hz).
+        qfactor: Q of every band (bandwidth ``mfc / Q``).
+        nmod: number of log-spaced bands instead of the constant-Q spacing.
+        form: ``"sos"`` (second-order sections: accurate, the default) or ``"tf"`` (the
+            expanded 4th-order transfer functions run in direct form, as AMT).
+        amt_coefficients: with ``form="tf"`` at 16 or 44.1 kHz and the default bands,
+            use AMT 1.4's exact float64 coefficient bits (``lhotse_amt/data/
+            king2019_amt14_mfb.json``) so that the ill-conditioned 2- and 5.2-Hz bands
+            reproduce AMT; otherwise the coefficients are designed here.
+        learnable: the coefficients become parameters.
+
+    The coefficients are always kept in float64 (poles within ~2e-4 of ``z = 1``).
+
+    Shapes: ``(..., C, T)`` -> ``(..., C, M, T)``.
+    """
+
+    def __init__(
+        self,
+        fs: float,
+        mflow: float = 2.0,
+        mfhigh: float = 150.0,
+        qfactor: float = 1.0,
+        nmod: int | None = None,
+        form: str = "sos",
+        amt_coefficients: bool = False,
+        learnable: bool = False,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        if form not in ("sos", "tf"):
+            raise ValueError(f"form must be 'sos' or 'tf', got {form!r}")
+        self.fs = float(fs)
+        self.form = form
+        self.qfactor = float(qfactor)
+        mfc = king2019_modulation_frequencies(mflow, mfhigh, qfactor, nmod)
+        self.register_buffer("mfc", torch.as_tensor(mfc, dtype=dtype))
+        self.uses_amt_coefficients = False
+        if form == "sos":
+            coef = {"sos": king2019_modulation_sos(fs, mfc, qfactor)}
+        else:
+            b, a = king2019_modulation_tf(fs, mfc, qfactor)
+            key = str(int(fs)) if float(fs).is_integer() else ""
+            table = _amt14_coefficients()
+            default_bands = nmod is None and mflow == 2.0 and mfhigh == 150.0 and qfactor == 1.0
+            if amt_coefficients and default_bands and key in table:
+                b = np.asarray(table[key]["b"], dtype=np.float64)
+                a = np.asarray(table[key]["a"], dtype=np.float64)
+                self.uses_amt_coefficients = True
+            coef = {"b": b, "a": a}
+        for k, v in coef.items():
+            t = torch.as_tensor(v, dtype=torch.float64)
+            if learnable:
+                setattr(self, k, nn.Parameter(t))
+            else:
+                self.register_buffer(k, t)
+
+    @property
+    def num_filters(self) -> int:
+        return int(self.mfc.numel())
+
+    def forward(
+        self, x: Tensor, state: Tensor | None = None, return_state: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        if self.form == "sos":
+            return king2019_modulation_filterbank(
+                x, sos=self.sos, state=state, return_state=return_state
+            )
+        return king2019_modulation_filterbank(
+            x, b=self.b, a=self.a, state=state, return_state=return_state
+        )
+
+    def extra_repr(self) -> str:
+        return f"fs={self.fs:g}, num_filters={self.num_filters}, form={self.form!r}"
+
+
+class ButterworthFilter(nn.Module):
+    """Butterworth low-/high-pass as second-order sections (float64 coefficients), e.g.
+    the King et al. (2019) 3-Hz "adaptation" high-pass (``butter(1, 3 / (fs/2),
+    'high')``) and the optional 150-Hz low-pass.
+
+    Shapes: ``(..., T)`` -> ``(..., T)`` (output in the input dtype).
+    """
+
+    def __init__(
+        self,
+        fs: float,
+        fc: float,
+        order: int = 1,
+        btype: str = "high",
+        learnable: bool = False,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        import scipy.signal
+
+        if not 0 < fc < fs / 2:
+            raise ValueError(f"cut-off {fc} Hz must lie in (0, fs/2 = {fs / 2:g} Hz)")
+        self.fs, self.fc, self.order, self.btype = float(fs), float(fc), int(order), btype
+        sos = torch.as_tensor(
+            scipy.signal.butter(order, fc / (fs / 2), btype, output="sos"), dtype=torch.float64
+        )
+        if learnable:
+            self.sos = nn.Parameter(sos)
+        else:
+            self.register_buffer("sos", sos)
+
+    def forward(
+        self, x: Tensor, state: Tensor | None = None, return_state: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        from ..functional.iir import sosfilt
+
+        y, st = sosfilt(x, self.sos, state, return_state=True)
+        y = y.to(x.dtype)
+        return (y, st) if return_state else y
+
+    def extra_repr(self) -> str:
+        return f"fs={self.fs:g}, fc={self.fc:g}, order={self.order}, btype={self.btype!r}"
