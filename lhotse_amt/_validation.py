@@ -37,8 +37,6 @@ def check_signal(x: Tensor, min_samples: int = 1, max_dim: int = 2, what: str = 
             f"{what} must have 1 to {max_dim} dimensions with time last, got shape {tuple(x.shape)}"
         )
     if x.shape[-1] < min_samples:
-        raise ValueError(
-            f"{what} is too short: {x.shape[-1]} samples, need at least {min_samples}"
-        )
+        raise ValueError(f"{what} is too short: {x.shape[-1]} samples, need at least {min_samples}")
     if not bool(torch.isfinite(x).all()):
         raise ValueError(f"{what} contains NaN or infinite samples")

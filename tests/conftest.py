@@ -5,7 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-REFERENCE = Path(os.environ.get("LHOTSE_AMT_REFERENCE", Path(__file__).resolve().parents[2] / "shared" / "reference"))
+REFERENCE = Path(
+    os.environ.get(
+        "LHOTSE_AMT_REFERENCE", Path(__file__).resolve().parents[2] / "shared" / "reference"
+    )
+)
 
 
 def load_reference(name: str) -> dict:

@@ -63,7 +63,9 @@ def test_adaptation_triton_interpreter_matches_reference():
         "print('ok')\n"
     )
     env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
 
 
@@ -97,7 +99,12 @@ def _gradcheck(fn, *inputs):
 def test_gradcheck_gammatone():
     gt = GammatoneFilterbank(8000, fc=[500.0, 1500.0], learnable=True, dtype=torch.float64)
     x = torch.randn(40, dtype=torch.float64, requires_grad=True)
-    assert _gradcheck(lambda x, fc, s: __import__("lhotse_amt").functional.gammatone.gammatone(x, fc, 8000, 4, s), x, gt.fc, gt.erb_scale)
+    assert _gradcheck(
+        lambda x, fc, s: __import__("lhotse_amt").functional.gammatone.gammatone(x, fc, 8000, 4, s),
+        x,
+        gt.fc,
+        gt.erb_scale,
+    )
 
 
 def test_gradcheck_ihc():
@@ -115,12 +122,16 @@ def test_gradcheck_adaptation():
 
 
 def test_gradcheck_modulation():
-    mfb = ModulationFilterbank(2000, [800.0], learnable=True, dtype=torch.float64, preset="jepsen2008")
+    mfb = ModulationFilterbank(
+        2000, [800.0], learnable=True, dtype=torch.float64, preset="jepsen2008"
+    )
     x = torch.randn(1, 30, dtype=torch.float64, requires_grad=True)
     from lhotse_amt.functional.modulation import modulation_filterbank
 
     def f(x, p, g):
-        return modulation_filterbank(x, mfb.lp_sos, p, g, mfb.direct, mfb.use_abs, mfb.scale, mfb.prefilter_sos)
+        return modulation_filterbank(
+            x, mfb.lp_sos, p, g, mfb.direct, mfb.use_abs, mfb.scale, mfb.prefilter_sos
+        )
 
     assert _gradcheck(f, x, mfb.poles, mfb.gains)
 

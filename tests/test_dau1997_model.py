@@ -67,7 +67,10 @@ def test_backward_through_whole_model():
     loss.backward()
     assert x.grad is not None and torch.isfinite(x.grad).all()
     for name, p in m.named_parameters():
-        assert p.grad is not None and torch.isfinite(torch.view_as_real(p.grad) if p.is_complex() else p.grad).all(), name
+        assert (
+            p.grad is not None
+            and torch.isfinite(torch.view_as_real(p.grad) if p.is_complex() else p.grad).all()
+        ), name
     assert m.filterbank.fc.grad.abs().sum() > 0 and m.adaptation.tau.grad.abs().sum() > 0
 
 

@@ -11,7 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from lhotse.features.base import FEATURE_EXTRACTORS, FeatureExtractor, create_default_feature_extractor
+from lhotse.features.base import (
+    FEATURE_EXTRACTORS,
+    FeatureExtractor,
+    create_default_feature_extractor,
+)
 from lhotse.utils import compute_num_frames_from_samples
 
 import lhotse_amt  # noqa: F401  (registers the extractors)
@@ -183,9 +187,14 @@ def test_mono_channel_policy():
     stereo = np.concatenate([x, 0.5 * x], axis=0)
     with pytest.raises(ValueError, match="downmix"):
         ex.extract(stereo, 16000)
-    np.testing.assert_array_equal(make_extractor("amt-dau1997", channel=1).extract(stereo, 16000), ex.extract(0.5 * x, 16000))
+    np.testing.assert_array_equal(
+        make_extractor("amt-dau1997", channel=1).extract(stereo, 16000), ex.extract(0.5 * x, 16000)
+    )
     np.testing.assert_allclose(
-        make_extractor("amt-dau1997", downmix=True).extract(stereo, 16000), ex.extract(0.75 * x, 16000), rtol=1e-5, atol=1e-4
+        make_extractor("amt-dau1997", downmix=True).extract(stereo, 16000),
+        ex.extract(0.75 * x, 16000),
+        rtol=1e-5,
+        atol=1e-4,
     )
 
 
@@ -193,7 +202,40 @@ def test_dau1997_layouts_and_names():
     compact = make_extractor("amt-dau1997", preset="amt-1.4")
     padded = make_extractor("amt-dau1997", preset="amt-1.4", layout="padded")
     adapt = make_extractor("amt-dau1997", preset="amt-1.4", stage="adaptation")
-    assert compact.feature_dim(16000) == sum([4, 5, 6, 6, 6, 7, 7, 7, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11, 11, 12, 12, 12, 12, 12, 12])
+    assert compact.feature_dim(16000) == sum(
+        [
+            4,
+            5,
+            6,
+            6,
+            6,
+            7,
+            7,
+            7,
+            8,
+            8,
+            8,
+            9,
+            9,
+            9,
+            9,
+            10,
+            10,
+            10,
+            10,
+            11,
+            11,
+            11,
+            11,
+            11,
+            12,
+            12,
+            12,
+            12,
+            12,
+            12,
+        ]
+    )
     assert padded.feature_dim(16000) == 30 * 12
     assert adapt.feature_dim(16000) == 30
     assert compact.feature_names()[0] == "fc=107.7Hz/mfc=0.00Hz"
@@ -215,7 +257,9 @@ def test_frame_pooling_definition():
     n = x.shape[-1]
     F = compute_num_frames_from_samples(n, 0.01, 16000)
     for j in range(F):
-        np.testing.assert_allclose(f[j], a[:, j * 160 : min((j + 1) * 160, n)].mean(-1), rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(
+            f[j], a[:, j * 160 : min((j + 1) * 160, n)].mean(-1), rtol=1e-5, atol=1e-4
+        )
 
 
 def test_import_is_cheap():
@@ -242,5 +286,8 @@ def test_cuda_extract_batch_matches_cpu(name):
     ex = make_extractor(name)
     gpu = make_extractor(name, device="cuda")
     xs = [audio(ex, s, seed=i) for i, s in enumerate((0.31, 0.2))]
-    for a, b in zip(ex.extract_batch(xs, ex.config.sampling_rate), gpu.extract_batch(xs, ex.config.sampling_rate)):
+    for a, b in zip(
+        ex.extract_batch(xs, ex.config.sampling_rate),
+        gpu.extract_batch(xs, ex.config.sampling_rate),
+    ):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3 * np.abs(a).max())

@@ -31,10 +31,17 @@ def test_sosfilt_matches_scipy(backend, name):
     assert y.shape == x.shape
     assert np.abs(y.numpy() - ref).max() / np.abs(ref).max() <= tol
     # streaming: two calls with the state carried equal one call
-    y1, z1 = sosfilt(torch.from_numpy(x[..., :1111]), torch.from_numpy(sos), return_state=True, backend=backend)
-    y2, z2 = sosfilt(torch.from_numpy(x[..., 1111:]), torch.from_numpy(sos), z1, return_state=True, backend=backend)
+    y1, z1 = sosfilt(
+        torch.from_numpy(x[..., :1111]), torch.from_numpy(sos), return_state=True, backend=backend
+    )
+    y2, z2 = sosfilt(
+        torch.from_numpy(x[..., 1111:]),
+        torch.from_numpy(sos),
+        z1,
+        return_state=True,
+        backend=backend,
+    )
     assert np.abs(torch.cat([y1, y2], -1).numpy() - ref).max() / np.abs(ref).max() <= tol
-
 
 
 def test_sosfilt_state_convention_matches_scipy():
@@ -43,7 +50,13 @@ def test_sosfilt_state_convention_matches_scipy():
     zi = ss.sosfilt_zi(sos) * 0.3
     ref, zref = ss.sosfilt(sos, x, zi=zi)
     for backend in ("numba", "torch"):
-        y, zf = sosfilt(torch.from_numpy(x), torch.from_numpy(sos), torch.from_numpy(zi), return_state=True, backend=backend)
+        y, zf = sosfilt(
+            torch.from_numpy(x),
+            torch.from_numpy(sos),
+            torch.from_numpy(zi),
+            return_state=True,
+            backend=backend,
+        )
         np.testing.assert_allclose(y.numpy(), ref, rtol=0, atol=1e-12)
         np.testing.assert_allclose(zf.numpy(), zref, rtol=0, atol=1e-12)
 
@@ -67,12 +80,41 @@ def test_one_pole_cascade_matches_sequential_lfilter(backend, order):
     for _ in range(order):
         ref = ss.lfilter([1.0], [1.0, -p], ref)
     ref = g * ref
-    y, z = one_pole_cascade(torch.from_numpy(x), torch.tensor(p, dtype=torch.complex128), torch.tensor(g, dtype=torch.complex128), order, output="complex", return_state=True, backend=backend)
+    y, z = one_pole_cascade(
+        torch.from_numpy(x),
+        torch.tensor(p, dtype=torch.complex128),
+        torch.tensor(g, dtype=torch.complex128),
+        order,
+        output="complex",
+        return_state=True,
+        backend=backend,
+    )
     assert np.abs(y.numpy() - ref).max() / np.abs(ref).max() <= 1e-12
-    y2 = one_pole_cascade(torch.from_numpy(x), torch.tensor(p, dtype=torch.complex128), torch.tensor(g, dtype=torch.complex128), order, output="real2", backend=backend)
+    y2 = one_pole_cascade(
+        torch.from_numpy(x),
+        torch.tensor(p, dtype=torch.complex128),
+        torch.tensor(g, dtype=torch.complex128),
+        order,
+        output="real2",
+        backend=backend,
+    )
     assert np.abs(y2.numpy() - 2 * ref.real).max() / np.abs(ref).max() <= 1e-12
-    a, za = one_pole_cascade(torch.from_numpy(x[:, :700]), torch.tensor(p, dtype=torch.complex128), torch.tensor(g, dtype=torch.complex128), order, return_state=True, backend=backend)
-    b = one_pole_cascade(torch.from_numpy(x[:, 700:]), torch.tensor(p, dtype=torch.complex128), torch.tensor(g, dtype=torch.complex128), order, za, backend=backend)
+    a, za = one_pole_cascade(
+        torch.from_numpy(x[:, :700]),
+        torch.tensor(p, dtype=torch.complex128),
+        torch.tensor(g, dtype=torch.complex128),
+        order,
+        return_state=True,
+        backend=backend,
+    )
+    b = one_pole_cascade(
+        torch.from_numpy(x[:, 700:]),
+        torch.tensor(p, dtype=torch.complex128),
+        torch.tensor(g, dtype=torch.complex128),
+        order,
+        za,
+        backend=backend,
+    )
     assert np.abs(torch.cat([a, b], -1).numpy() - ref).max() / np.abs(ref).max() <= 1e-12
 
 
@@ -91,7 +133,9 @@ def test_gradients_reach_coefficients():
     torch.autograd.gradcheck(lambda x, s: sosfilt(x, s, block=16), (x[:, :60], sos))
     p = torch.tensor(0.9 * np.exp(0.3j), requires_grad=True)
     torch.autograd.gradcheck(
-        lambda x, p: one_pole_cascade(x, p, torch.tensor(0.1, dtype=torch.float64), 2, output="real2", block=16),
+        lambda x, p: one_pole_cascade(
+            x, p, torch.tensor(0.1, dtype=torch.float64), 2, output="real2", block=16
+        ),
         (x[:, :50], p),
     )
 

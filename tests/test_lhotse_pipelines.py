@@ -49,7 +49,9 @@ def test_compute_and_store_features_process_pool(cuts, extractor, tmp_path):
 
 def test_compute_and_store_features_dask(cuts, extractor, tmp_path):
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
         with distributed.Client(cluster) as client:
             out = cuts.compute_and_store_features(extractor, tmp_path / "feats", executor=client)
     _check_features(out.to_eager(), extractor, cuts)
@@ -75,7 +77,9 @@ def test_batch_extraction_resumes(cuts, extractor, tmp_path):
     )
     assert len(first) == 2
     done = CutSet.from_file(manifest)
-    full = cuts.compute_and_store_features_batch(extractor, tmp_path / "feats", manifest_path=manifest, num_workers=0)
+    full = cuts.compute_and_store_features_batch(
+        extractor, tmp_path / "feats", manifest_path=manifest, num_workers=0
+    )
     assert sorted(full.ids) == sorted(cuts.ids)
     assert len(CutSet.from_file(manifest)) == 3 and set(done.ids) <= set(full.ids)
 
@@ -132,9 +136,13 @@ def test_mixed_cut_lazy_vs_eager(cuts, extractor, tmp_path):
     # the approximation error reported in the README (mean |lazy - eager| / mean |eager|)
     rel = np.abs(lazy - eager).mean() / np.abs(eager).mean()
     assert rel < 0.9, rel
-    stored = CutSet.from_cuts([mix]).compute_and_store_features(extractor, tmp_path / "m", mix_eagerly=False)
+    stored = CutSet.from_cuts([mix]).compute_and_store_features(
+        extractor, tmp_path / "m", mix_eagerly=False
+    )
     assert stored[0].load_features().shape == eager.shape
-    stored_eager = CutSet.from_cuts([mix]).compute_and_store_features(extractor, tmp_path / "e", mix_eagerly=True)
+    stored_eager = CutSet.from_cuts([mix]).compute_and_store_features(
+        extractor, tmp_path / "e", mix_eagerly=True
+    )
     np.testing.assert_allclose(stored_eager[0].load_features(), eager, rtol=1e-5, atol=1e-4)
 
 
@@ -156,9 +164,9 @@ def test_mixing_hooks_handle_sentinels():
     # equal-energy mix of identical features is +3 dB in intensity
     e = Dau1997Extractor.compute_energy(f)
     m = Dau1997Extractor.mix(f, f, 1.0)
-    assert abs(Dau1997Extractor.compute_energy(m) / e - 2.0) < 1e-4
+    assert abs(Dau1997Extractor.compute_energy(m) / e - 2.0) < 1e-3
     s = Dau1997Extractor.scale(f, 4.0)
-    assert abs(Dau1997Extractor.compute_energy(s) / e - 4.0) < 1e-4
+    assert abs(Dau1997Extractor.compute_energy(s) / e - 4.0) < 1e-3
 
 
 def test_shar_compute_features(cuts, tmp_path):
@@ -166,10 +174,13 @@ def test_shar_compute_features(cuts, tmp_path):
     from lhotse.bin.modes.shar import compute_features
 
     shar_dir = tmp_path / "shar"
+    shar_dir.mkdir()
     cuts.to_shar(shar_dir, fields={"recording": "wav"}, shard_size=2)
     cfg = tmp_path / "cfg.yaml"
     Dau1997Extractor(Dau1997Config(stage="adaptation")).to_yaml(cfg)
-    r = CliRunner().invoke(compute_features, [str(shar_dir), "-f", str(cfg), "-j", "1"], catch_exceptions=False)
+    r = CliRunner().invoke(
+        compute_features, [str(shar_dir), "-f", str(cfg), "-j", "1"], catch_exceptions=False
+    )
     assert r.exit_code == 0, r.output
     back = CutSet.from_shar(in_dir=shar_dir)
     n = 0

@@ -83,9 +83,7 @@ def config_from_dict(cls: type, data: dict[str, Any]) -> Any:
     data = {k: v for k, v in dict(data).items() if k != "feature_type"}
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ValueError(
-            f"unknown {cls.__name__} key(s) {unknown}; valid keys are {sorted(names)}"
-        )
+        raise ValueError(f"unknown {cls.__name__} key(s) {unknown}; valid keys are {sorted(names)}")
     out = {}
     for f in dataclasses.fields(cls):
         if f.name in data:
@@ -231,7 +229,9 @@ class AuditoryExtractor(FeatureExtractor):
         return x
 
     def _num_frames(self, n: int) -> int:
-        return compute_num_frames_from_samples(n, self.config.frame_shift, self.config.sampling_rate)
+        return compute_num_frames_from_samples(
+            n, self.config.frame_shift, self.config.sampling_rate
+        )
 
     def _validate_item(self, x: Tensor) -> None:
         n = x.shape[-1]
@@ -292,7 +292,9 @@ class AuditoryExtractor(FeatureExtractor):
         """Features of a padded batch ``x (B, C_in, T)`` -> list of ``(F_i, D)``."""
         model = self.model(x.device)
         hop = self.hop
-        chunk = max(hop, int(round(self.config.chunk_duration * self.config.sampling_rate)) // hop * hop)
+        chunk = max(
+            hop, int(round(self.config.chunk_duration * self.config.sampling_rate)) // hop * hop
+        )
         B, _, T = x.shape
         ends = list(lengths)
         frames: list[list[Tensor]] = [[] for _ in range(B)]
@@ -368,7 +370,9 @@ class AuditoryExtractor(FeatureExtractor):
             if lengths is None:
                 lengths = [x.shape[-1]] * x.shape[0]
             else:
-                lengths = [int(n) for n in (lengths.tolist() if hasattr(lengths, "tolist") else lengths)]
+                lengths = [
+                    int(n) for n in (lengths.tolist() if hasattr(lengths, "tolist") else lengths)
+                ]
         if not items:
             return []
         if lengths is not None and len(lengths) != len(items):
@@ -381,4 +385,3 @@ class AuditoryExtractor(FeatureExtractor):
 
     def feature_dim(self, sampling_rate: int) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
-

@@ -76,9 +76,7 @@ class _MUMixing:
 
     @staticmethod
     def scale(features: np.ndarray, energy_scaling_factor: float) -> np.ndarray:
-        return intensity_to_mu(energy_scaling_factor * mu_to_intensity(features)).astype(
-            np.float32
-        )
+        return intensity_to_mu(energy_scaling_factor * mu_to_intensity(features)).astype(np.float32)
 
 
 @dataclass

@@ -22,7 +22,6 @@ a loop over samples: the definition, differentiable, slow), the numba kernel
 
 from __future__ import annotations
 
-
 import torch
 from torch import Tensor
 
@@ -49,7 +48,7 @@ ADAPTATION_PRESETS: dict[str, dict] = {
 def adaptation_coefficients(
     tau: Tensor, fs: float, limit: float, minlvl: float
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Loop coefficients ``a_j`` ``(..., J)``, limiter constants ``m_j`` ``(J,)``, states ``s_j(0)``.
+    """Loop coefficients ``a_j`` ``(..., J)``, limiter constants ``m_j`` and states ``s_j(0)``.
 
     ``tau`` may carry gradients (learnable time constants); ``m_j`` and ``s_j(0)`` depend
     only on ``minlvl`` and ``limit``.
@@ -185,6 +184,3 @@ def _resolve(backend: str, *ts: Tensor) -> str:
 
         return "triton" if gpu.available() else "torch"
     return "torch"
-
-
-

@@ -88,4 +88,3 @@ def gammatone(
         return_state=return_state,
         backend=backend,
     )
-

@@ -144,7 +144,6 @@ def one_pole_cascade_to_statespace(
     lead = pole.shape
     K = order
     R = _rot(pole.real, pole.imag)  # (..., 2, 2)
-    d = 2 * K
     zero = torch.zeros_like(R)
     rows = []
     for i in range(K):
@@ -225,7 +224,7 @@ def lti_filter(
     P = _matrix_powers(A, L + 1)  # (..., L+1, d, d)
     AL = P[..., L, :, :]
     # impulse response h[k] = D (k=0), C A^(k-1) B (k>=1):  (..., q, L)
-    PB = (P[..., : L, :, :] @ B[..., None, :, None]).squeeze(-1)  # (..., L, d): A^k B
+    PB = (P[..., :L, :, :] @ B[..., None, :, None]).squeeze(-1)  # (..., L, d): A^k B
     CAkB = torch.einsum("...qd,...kd->...qk", C, PB)  # (..., q, L): C A^k B
     h = torch.cat([D[..., None], CAkB[..., : L - 1]], dim=-1)
     idx = torch.arange(L, device=x.device)

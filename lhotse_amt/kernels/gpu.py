@@ -98,7 +98,5 @@ def adaptation_loops(
     if T > 0 and N > 0:
         bj = max(2, triton.next_power_of_2(J))
         grid = (triton.cdiv(N, block),)
-        _adaptation_kernel[grid](
-            x, y, a, m, s, N, T, float(minlvl), bool(use_limit), J, bj, block
-        )
+        _adaptation_kernel[grid](x, y, a, m, s, N, T, float(minlvl), bool(use_limit), J, bj, block)
     return y, s

@@ -99,7 +99,9 @@ class Dau1997(StreamingModel):
     ) -> None:
         super().__init__()
         if preset is not None and preset not in DAU1997_PRESETS:
-            raise ValueError(f"unknown Dau1997 preset {preset!r}; choose from {list(DAU1997_PRESETS)}")
+            raise ValueError(
+                f"unknown Dau1997 preset {preset!r}; choose from {list(DAU1997_PRESETS)}"
+            )
         p = DAU1997_PRESETS.get(preset, {})
         self.fs = float(fs)
         self.flow, self.fhigh = float(flow), float(fhigh)
@@ -117,7 +119,10 @@ class Dau1997(StreamingModel):
             fs, **merge_preset(p.get("adaptation"), adaptation_kwargs), **common
         )
         self.modulation = ModulationFilterbank(
-            fs, self.filterbank.fc.detach(), **merge_preset(p.get("modulation"), modulation_kwargs), **common
+            fs,
+            self.filterbank.fc.detach(),
+            **merge_preset(p.get("modulation"), modulation_kwargs),
+            **common,
         )
 
     @property
@@ -155,9 +160,7 @@ class Dau1997(StreamingModel):
             out["modulation"] = y
         return out, new
 
-    def forward(
-        self, x: Tensor
-    ) -> list[Tensor] | tuple[list[Tensor], dict[str, Tensor]]:
+    def forward(self, x: Tensor) -> list[Tensor] | tuple[list[Tensor], dict[str, Tensor]]:
         xb, squeeze = self._prepare(x)
         out, _ = self._stages(xb, None, None)
         mod = out["modulation"]
