@@ -42,7 +42,10 @@ def _band_errors(y, stages, d):
     E = pick(stages["modulation_response"].numpy(), d, mod=True)
     C = out.shape[0]
     e_out = [max(rel_err(out[i, b], d["out"][i, b]) for i in range(C)) for b in range(5)]
-    e_mod = [max(rel_err(E[i, b], d["E_mod"][i, j]) for i in range(C)) for j, b in enumerate(d["E_mod_band_index"])]
+    e_mod = [
+        max(rel_err(E[i, b], d["E_mod"][i, j]) for i in range(C))
+        for j, b in enumerate(d["E_mod_band_index"])
+    ]
     return out, e_out, e_mod
 
 
@@ -80,7 +83,9 @@ def test_amt_coefficients_and_own_design():
         d = load_reference(f"king2019_tone1k_fs{fs}.npz")
         amt = King2019(fs, preset="amt-1.4").modulation_filterbank
         assert amt.uses_amt_coefficients
-        assert np.array_equal(amt.b.numpy(), d["mfb_b"]) and np.array_equal(amt.a.numpy(), d["mfb_a"])
+        assert np.array_equal(amt.b.numpy(), d["mfb_b"]) and np.array_equal(
+            amt.a.numpy(), d["mfb_a"]
+        )
         own = King2019(fs, modulation_kwargs={"form": "tf"}).modulation_filterbank
         assert not own.uses_amt_coefficients
         assert np.abs(own.a.numpy() - d["mfb_a"]).max() <= 1e-14

@@ -69,8 +69,10 @@ def load_ear_tables() -> dict:
     raw = json.loads(text)
     out: dict = {}
     for name, tab in raw.items():
-        out[name] = {k: (np.asarray(v, dtype=np.float64) if isinstance(v, list) else v)
-                     for k, v in tab.items()}
+        out[name] = {
+            k: (np.asarray(v, dtype=np.float64) if isinstance(v, list) else v)
+            for k, v in tab.items()
+        }
     return out
 
 

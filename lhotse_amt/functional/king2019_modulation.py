@@ -81,7 +81,10 @@ def king2019_modulation_sos(
     f1, f2 = king2019_band_edges(mfc, qfactor)
     _check_edges(fs, f2)
     return np.stack(
-        [scipy.signal.butter(order, [a, b], "bandpass", fs=fs, output="sos") for a, b in zip(f1, f2)]
+        [
+            scipy.signal.butter(order, [a, b], "bandpass", fs=fs, output="sos")
+            for a, b in zip(f1, f2)
+        ]
     )
 
 
@@ -91,7 +94,9 @@ def king2019_modulation_tf(
     """Transfer-function coefficients ``b, a`` ``(M, 2 order + 1)`` (AMT's form)."""
     f1, f2 = king2019_band_edges(mfc, qfactor)
     _check_edges(fs, f2)
-    ba = [scipy.signal.butter(order, [a / (fs / 2), b / (fs / 2)], "bandpass") for a, b in zip(f1, f2)]
+    ba = [
+        scipy.signal.butter(order, [a / (fs / 2), b / (fs / 2)], "bandpass") for a, b in zip(f1, f2)
+    ]
     return np.stack([b for b, _ in ba]), np.stack([a for _, a in ba])
 
 
@@ -174,6 +179,16 @@ def king2019_modulation_filterbank(
     previous call (``(..., C, M, S, 2)`` or ``(..., C, M, K)``).
     """
     u = x.unsqueeze(-2)
+    if sos is not None and sos.dim() == 3 and resolve_backend(backend, x, sos, state) == "numba":
+        from ..kernels import tf
+
+        lead, (C, T) = x.shape[:-2], x.shape[-2:]
+        M, S = sos.shape[0], sos.shape[1]
+        z0 = None if state is None else state.reshape(-1, M, S, 2)
+        y, st = tf.sos_bank(x.reshape(-1, T), sos, z0)
+        y = y.reshape(*lead, C, M, T).to(x.device)
+        st = st.reshape(*lead, C, M, S, 2).to(x.device)
+        return (y, st) if return_state else y
     if sos is not None:
         y, st = sosfilt(u, sos, state, return_state=True, backend=backend)
     elif b is not None and a is not None:

@@ -28,7 +28,7 @@ from numba import njit, prange
 
 from .cpu import _threads
 
-__all__ = ["drnl", "ihc", "frontend", "ihc_triton", "HAS_TRITON", "triton_available"]
+__all__ = ["drnl", "ihc", "frontend", "fir", "ihc_triton", "HAS_TRITON", "triton_available"]
 
 _NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
 
@@ -247,6 +247,35 @@ def _frontend_kernel(
         s[r] = sr
 
 
+@njit(parallel=True, **_NOPY)
+def _fir_kernel(buf, w, start, stride, y):  # pragma: no cover - compiled
+    # y[r, i] = sum_k w[k] buf[r, start + i stride + k], accumulated in float64 in the
+    # order k = 0, 1, ... for every output (blocks of 16 outputs share the tap loop)
+    N, M = y.shape
+    K = w.shape[0]
+    BL = 16
+    for r in prange(N):
+        acc = np.zeros(BL)
+        br = buf[r]
+        for i0 in range(0, M, BL):
+            nb = min(BL, M - i0)
+            for ii in range(BL):
+                acc[ii] = 0.0
+            j0 = start + i0 * stride
+            if nb == BL and stride == 1:
+                for k in range(K):
+                    wk = w[k]
+                    for ii in range(BL):
+                        acc[ii] += wk * br[j0 + ii + k]
+            else:
+                for k in range(K):
+                    wk = w[k]
+                    for ii in range(nb):
+                        acc[ii] += wk * br[j0 + ii * stride + k]
+            for ii in range(nb):
+                y[r, i0 + ii] = acc[ii]
+
+
 # --------------------------------------------------------------------------------------
 # torch wrappers
 # --------------------------------------------------------------------------------------
@@ -300,6 +329,19 @@ def drnl(
         _drnl_kernel(xn, *args, xn.dtype.type(c), *zs, y)
     new = {k: _state_back(z, lead) for k, z in zip(("lin", "nl1", "nl2"), zs)}
     return torch.from_numpy(y).reshape(*lead, C, T).to(x.device), new
+
+
+def fir(buf: torch.Tensor, w: torch.Tensor, start: int, stride: int, n_out: int) -> torch.Tensor:
+    """Strided FIR correlation ``y[r, i] = sum_k w[k] buf[r, start + i stride + k]`` of
+    ``buf (N, L)`` with taps ``w (K,)``; float64 accumulation, output in ``buf``'s dtype.
+    Every output is computed independently with a fixed summation order, so the result
+    does not depend on how a signal is cut into chunks."""
+    _threads()
+    b = _np(buf)
+    y = np.empty((b.shape[0], n_out), b.dtype)
+    if n_out > 0:
+        _fir_kernel(b, _np(w, np.float64), int(start), int(stride), y)
+    return torch.from_numpy(y).to(buf.device)
 
 
 def _ihc_pack(p: dict[str, float], dt: np.dtype) -> np.ndarray:

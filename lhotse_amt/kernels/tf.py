@@ -49,3 +49,42 @@ def lfilter(
     elif K == 0:
         y[:] = xn * bn[:, :1]
     return torch.from_numpy(y), torch.from_numpy(z)
+
+
+@njit(parallel=True, **_NOPY)
+def _sos_bank_kernel(x, sos, z, y):  # pragma: no cover - compiled
+    # x (N, T); sos (M, S, 6) float64; z (N, M, S, 2) float64; y (N, M, T)
+    N, T = x.shape
+    M, S = sos.shape[0], sos.shape[1]
+    for c in prange(N):
+        for m in range(M):
+            zz = z[c, m].copy()
+            for n in range(T):
+                v = np.float64(x[c, n])
+                for s in range(S):
+                    out = sos[m, s, 0] * v + zz[s, 0]
+                    zz[s, 0] = sos[m, s, 1] * v - sos[m, s, 4] * out + zz[s, 1]
+                    zz[s, 1] = sos[m, s, 2] * v - sos[m, s, 5] * out
+                    v = out
+                y[c, m, n] = v
+            z[c, m] = zz
+
+
+def sos_bank(
+    x: torch.Tensor, sos: torch.Tensor, zi: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A bank of ``M`` SOS filters sharing one input: ``x (N, T)`` (any float dtype),
+    ``sos (M, S, 6)``, ``zi (N, M, S, 2)`` -> ``y (N, M, T)`` in ``x``'s dtype and
+    ``zf (N, M, S, 2)`` float64. The recursion runs in float64 (as
+    :func:`scipy.signal.sosfilt` with float64 coefficients) without copying the input
+    per band."""
+    _threads()
+    xn = _np(x)
+    sn = _np(sos).astype(np.float64, copy=False)
+    N, T = xn.shape
+    M, S = sn.shape[0], sn.shape[1]
+    z = np.zeros((N, M, S, 2)) if zi is None else _np(zi).astype(np.float64, copy=True)
+    y = np.empty((N, M, T), xn.dtype)
+    if T > 0:
+        _sos_bank_kernel(xn, sn, z, y)
+    return torch.from_numpy(y), torch.from_numpy(z)

@@ -164,11 +164,11 @@ class King2019(StreamingModel):
         ak.setdefault("order", adt_hp_order)
         ak.setdefault("btype", "high")
         self.adaptation_filter = ButterworthFilter(fs, **ak, **common)
-        self.lp150_filter = (
-            ButterworthFilter(fs, 150.0, 1, "low", **common) if lp_150hz else None
-        )
+        self.lp150_filter = ButterworthFilter(fs, 150.0, 1, "low", **common) if lp_150hz else None
         mk = merge_preset(p.get("modulation"), modulation_kwargs)
-        for k, v in dict(mflow=mflow, mfhigh=mfhigh, nmod=modbank_nmod, qfactor=modbank_qfactor).items():
+        for k, v in dict(
+            mflow=mflow, mfhigh=mfhigh, nmod=modbank_nmod, qfactor=modbank_qfactor
+        ).items():
             mk.setdefault(k, v)
         self.modulation_filterbank = King2019ModulationFilterbank(fs, **mk, **common)
 

@@ -1,0 +1,142 @@
+"""``lhotse-amt``: Lhotse's own CLI with the ``amt-*`` extractors registered, plus an
+``amt`` command group.
+
+``lhotse-amt feat write-default-config -f amt-dau1997 cfg.yaml``, ``feat extract``,
+``feat extract-cuts-batch --device cuda``, ``shar compute-features`` etc. are Lhotse's
+commands unchanged (plain ``lhotse`` cannot see plugin extractors). ``feat extract-cuts``
+is a drop-in replacement with the same arguments that can resume an interrupted run and
+writes its manifest atomically (also available as ``amt extract-cuts``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+import lhotse_amt  # noqa: F401  registers the extractors before Lhotse builds its choices
+from lhotse.bin.modes.cli_base import cli  # noqa: E402
+import lhotse.bin.modes  # noqa: E402,F401  attaches feat/shar/... to `cli`
+from lhotse.bin.modes.features import feat  # noqa: E402
+from lhotse.features.base import FEATURE_EXTRACTORS, FeatureExtractor  # noqa: E402
+from lhotse.features.io import available_storage_backends  # noqa: E402
+
+
+@cli.group(name="amt")
+def amt() -> None:
+    """Auditory-model commands (lhotse_amt)."""
+
+
+def _load_extractor(feature_config: str | None, name: str | None) -> FeatureExtractor:
+    if feature_config is not None:
+        return FeatureExtractor.from_yaml(feature_config)
+    if name is None:
+        raise click.UsageError("give a model name or -f CONFIG.yaml")
+    if name not in FEATURE_EXTRACTORS:
+        raise click.UsageError(f"unknown extractor {name!r}; see `lhotse-amt amt list`")
+    return FEATURE_EXTRACTORS[name]()
+
+
+@amt.command(name="list")
+def list_models() -> None:
+    """List the auditory-model extractors with their default feature dimensions."""
+    rows = []
+    for name in sorted(n for n in FEATURE_EXTRACTORS if n.startswith("amt-")):
+        ex = FEATURE_EXTRACTORS[name]()
+        c = ex.config
+        rows.append((name, c.sampling_rate, c.frame_shift, ex.feature_dim(c.sampling_rate), ex.input_channels))
+    click.echo(f"{'extractor':<18}{'sampling_rate':>14}{'frame_shift':>12}{'feature_dim':>12}{'channels':>10}")
+    for r in rows:
+        click.echo(f"{r[0]:<18}{r[1]:>14}{r[2]:>12}{r[3]:>12}{r[4]:>10}")
+
+
+@amt.command()
+@click.argument("name", required=False)
+@click.option("-f", "--feature-config", type=click.Path(exists=True, dir_okay=False), help="Extractor YAML.")
+@click.option("--columns/--no-columns", default=False, help="Print every column name.")
+def describe(name: str | None, feature_config: str | None, columns: bool) -> None:
+    """Show an extractor's configuration and feature layout."""
+    import yaml
+
+    ex = _load_extractor(feature_config, name)
+    click.echo(yaml.safe_dump(ex.to_dict(), sort_keys=False).rstrip())
+    names = ex.feature_names()
+    click.echo(f"# feature_dim: {len(names)} at {ex.config.sampling_rate} Hz, frame_shift {ex.frame_shift} s")
+    shown = names if columns else names[:4] + (["..."] if len(names) > 8 else []) + names[-4:]
+    for n in shown:
+        click.echo(f"#   {n}")
+
+
+@amt.command()
+@click.argument("cutset", type=click.Path(exists=True, dir_okay=False))
+@click.argument("output_png", type=click.Path())
+@click.option("-f", "--feature-config", type=click.Path(exists=True, dir_okay=False))
+@click.option("-m", "--model", "name", default="amt-dau1997", show_default=True)
+@click.option("--cut-id", default=None, help="Cut to plot (default: the first).")
+def plot(cutset: str, output_png: str, feature_config: str | None, name: str, cut_id: str | None) -> None:
+    """Plot a cut's features to a PNG (stored features if the cut has them, else computed)."""
+    from lhotse import CutSet
+
+    from .plotting import plot_features
+
+    cuts = CutSet.from_file(cutset)
+    cut = cuts[cut_id] if cut_id is not None else next(iter(cuts))
+    ex = _load_extractor(feature_config, None if feature_config else name)
+    if cut.has_features and cut.features.type == ex.name and feature_config is None:
+        feats = cut.load_features()
+    else:
+        feats = ex.extract(cut.load_audio(), cut.sampling_rate)
+    plot_features(feats, ex.feature_names(), ex.frame_shift, output_png, title=f"{ex.name}: {cut.id}")
+    click.echo(f"wrote {output_png}")
+
+
+def _extract_cuts_command(group: click.Group, name: str) -> None:
+    @group.command(name=name, context_settings=dict(show_default=True))
+    @click.argument("cutset", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+    @click.argument("output_cutset", type=click.Path(allow_dash=True))
+    @click.argument("storage_path", type=click.Path())
+    @click.option(
+        "-f",
+        "--feature-manifest",
+        type=click.Path(exists=True, dir_okay=False),
+        help="Extractor YAML (default: Lhotse's Fbank, as in `lhotse feat extract-cuts`).",
+    )
+    @click.option(
+        "--storage-type",
+        type=click.Choice(available_storage_backends()),
+        default="numpy_files",
+        help="Storage backend for the feature matrices.",
+    )
+    @click.option("-j", "--num-jobs", type=int, default=1, help="Number of parallel processes.")
+    def extract_cuts_cmd(
+        cutset: str,
+        output_cutset: str,
+        storage_path: str,
+        feature_manifest: str | None,
+        storage_type: str,
+        num_jobs: int,
+    ) -> None:
+        """Extract features for the cuts in CUTSET, store them under STORAGE_PATH and write
+        OUTPUT_CUTSET. An interrupted run resumes where it stopped (progress is kept in
+        OUTPUT_CUTSET.partial.jsonl); the output manifest is written atomically."""
+        from lhotse import CutSet, Fbank
+
+        from .pipeline import extract_cuts
+
+        ex = FeatureExtractor.from_yaml(feature_manifest) if feature_manifest else Fbank()
+        extract_cuts(CutSet.from_file(cutset), ex, storage_path, output_cutset, num_jobs, storage_type)
+
+
+_extract_cuts_command(amt, "extract-cuts")
+# drop-in replacement of Lhotse's `feat extract-cuts` (same arguments, resumable)
+feat.commands.pop("extract-cuts", None)
+_extract_cuts_command(feat, "extract-cuts")
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+

@@ -1,0 +1,123 @@
+"""The ``lhotse-amt`` command line, run as a subprocess on a small CutSet, and the
+resumable extraction behind ``feat extract-cuts``."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from corpus import make_cuts
+from lhotse import CutSet, validate
+
+from lhotse_amt import Dau1997Config, Dau1997Extractor
+from lhotse_amt.pipeline import extract_cuts, partial_manifest_path
+
+CLI = [sys.executable, "-m", "lhotse_amt.cli"]
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    exe = shutil.which("lhotse-amt")
+    cmd = [exe, *args] if exe else [*CLI, *args]
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    cuts = make_cuts(root / "audio", n=3)
+    cuts.to_file(root / "cuts.jsonl.gz")
+    return root, cuts
+
+
+def test_cli_end_to_end(corpus):
+    root, cuts = corpus
+    r = run("amt", "list", cwd=root)
+    assert "amt-dau1997" in r.stdout
+    run("feat", "write-default-config", "-f", "amt-dau1997", "cfg.yaml", cwd=root)
+    assert "feature_type: amt-dau1997" in (root / "cfg.yaml").read_text()
+    cfg = (root / "cfg.yaml").read_text().replace("stage: modulation", "stage: adaptation")
+    (root / "cfg.yaml").write_text(cfg)
+    r = run("amt", "describe", "-f", "cfg.yaml", cwd=root)
+    assert "feature_dim: 31" in r.stdout
+    run("feat", "extract-cuts", "-f", "cfg.yaml", "-j", "1", "cuts.jsonl.gz", "out.jsonl.gz", str(root / "feats"), cwd=root)
+    out = CutSet.from_file(root / "out.jsonl.gz")
+    validate(out, read_data=True)
+    ex = Dau1997Extractor(Dau1997Config(stage="adaptation"))
+    for c in out:
+        np.testing.assert_allclose(c.load_features(), ex.extract(cuts[c.id].load_audio(), 16000), rtol=1e-5, atol=1e-4)
+    run("feat", "extract-cuts-batch", "-f", "cfg.yaml", "-j", "0", "cuts.jsonl.gz", "outb.jsonl.gz", str(root / "featsb"), cwd=root)
+    validate(CutSet.from_file(root / "outb.jsonl.gz"), read_data=True)
+    run("amt", "plot", "out.jsonl.gz", "cut.png", "-f", "cfg.yaml", cwd=root)
+    assert (root / "cut.png").stat().st_size > 10_000
+
+
+def test_plain_lhotse_flags_are_kept(corpus):
+    root, _ = corpus
+    r = run("feat", "extract-cuts", "--help", cwd=root)
+    for opt in ("--feature-manifest", "--storage-type", "--num-jobs"):
+        assert opt in r.stdout
+
+
+class _Flaky(Dau1997Extractor):
+    """Fails on the second cut, as if the run were killed there."""
+
+    name = "amt-dau1997"  # same features type (not registered: no decorator)
+    calls = 0
+
+    def extract(self, samples, sampling_rate):
+        type(self).calls += 1
+        if type(self).calls == 2:
+            raise KeyboardInterrupt
+        return super().extract(samples, sampling_rate)
+
+
+class _Counting(Dau1997Extractor):
+    name = "amt-dau1997"
+    calls = 0
+
+    def extract(self, samples, sampling_rate):
+        type(self).calls += 1
+        return super().extract(samples, sampling_rate)
+
+
+def test_interrupted_extraction_resumes(corpus, tmp_path):
+    _, cuts = corpus
+    out = tmp_path / "out.jsonl.gz"
+    cfg = Dau1997Config(stage="adaptation")
+    with pytest.raises(KeyboardInterrupt):
+        extract_cuts(cuts, _Flaky(cfg), tmp_path / "feats", out, progress_bar=False)
+    assert not out.exists()  # no half-written manifest
+    assert len(partial_manifest_path(out).read_text().splitlines()) == 1
+    res = extract_cuts(cuts, _Counting(cfg), tmp_path / "feats", out, progress_bar=False)
+    assert _Counting.calls == 2  # only the unfinished cuts were computed
+    assert list(res.ids) == list(cuts.ids) == list(CutSet.from_file(out).ids)
+    assert not partial_manifest_path(out).exists()
+    validate(CutSet.from_file(out), read_data=True)
+
+
+def test_truncated_progress_line_is_recomputed(corpus, tmp_path):
+    _, cuts = corpus
+    out = tmp_path / "o.jsonl.gz"
+    ex = Dau1997Extractor(Dau1997Config(stage="adaptation"))
+    extract_cuts(cuts.subset(first=1), ex, tmp_path / "f", tmp_path / "first.jsonl.gz", progress_bar=False)
+    line = CutSet.from_file(tmp_path / "first.jsonl.gz")[0].to_dict()
+    import json
+
+    partial_manifest_path(out).write_text(json.dumps(line) + "\n" + json.dumps(line)[:40])
+    res = extract_cuts(cuts, ex, tmp_path / "f", out, progress_bar=False)
+    assert len(res) == 3 and len(set(res.ids)) == 3
+    validate(res, read_data=True)
+
+
+def test_unknown_model_name_is_a_usage_error(corpus):
+    root, _ = corpus
+    exe = shutil.which("lhotse-amt")
+    cmd = [exe] if exe else CLI
+    r = subprocess.run([*cmd, "amt", "describe", "amt-nope"], cwd=root, capture_output=True, text=True)
+    assert r.returncode != 0 and "unknown extractor" in r.stderr
