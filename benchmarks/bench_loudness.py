@@ -1,9 +1,11 @@
 """Real-time factor of the Glasberg2002 and Moore2016 loudness models (CPU, one thread).
 
 RTF = processing time / audio duration at 32 kHz, batch 1 (stereo for Moore2016), for a
-1-kHz tone at 60 dB SPL (sparse spectrum) and pink-ish noise at 65 dB SPL (dense spectrum:
-every FFT bin is a kept component, the worst case of the excitation stage). Also prints the
-peak resident set size of the process.
+1-kHz tone at 60 dB SPL (sparse spectrum), pink-ish noise at 65 dB SPL (dense spectrum:
+every FFT bin is a kept component, the worst case of the excitation stage) and a speech-like
+signal (harmonic complex with a falling spectrum, syllable-rate modulation and pauses, 65 dB
+SPL). Best of ``--reps`` runs (other processes on the machine only make runs slower). Also
+prints the peak resident set size of the process after each row.
 
     python benchmarks/bench_loudness.py [--dtype float32|float64] [--durations 1 10]
 """
@@ -26,8 +28,16 @@ FS = 32000
 def signal(kind: str, seconds: float, channels: int) -> torch.Tensor:
     n = int(seconds * FS)
     rng = np.random.default_rng(0)
+    t = np.arange(n) / FS
     if kind == "tone":
-        x = np.sqrt(2) * 20e-6 * 10 ** (60 / 20) * np.sin(2 * np.pi * 1000 * np.arange(n) / FS)
+        x = np.sqrt(2) * 20e-6 * 10 ** (60 / 20) * np.sin(2 * np.pi * 1000 * t)
+    elif kind == "speech":
+        f0 = 120.0 * (1.0 + 0.1 * np.sin(2 * np.pi * 0.7 * t))
+        phase = 2 * np.pi * np.cumsum(f0) / FS
+        x = sum(np.sin(h * phase) / h**1.5 for h in range(1, 60))
+        x *= np.clip(np.sin(2 * np.pi * 4.0 * t), 0.0, None) ** 0.5  # syllables and pauses
+        x += 0.02 * rng.standard_normal(n)  # fricative-like noise floor
+        x *= 20e-6 * 10 ** (65 / 20) / np.sqrt(np.mean(x**2))
     else:
         spec = np.fft.rfft(rng.standard_normal(n))
         f = np.fft.rfftfreq(n, 1 / FS)
@@ -62,15 +72,14 @@ def main() -> None:
         "Moore2016 (stereo)": (Moore2016(dtype=dtype), 2, 0.1),
     }
     print(f"torch {torch.__version__}, threads={torch.get_num_threads()}, dtype={args.dtype}")
-    print(f"{'model':22s} {'signal':6s} {'dur/s':>6s} {'RTF':>8s} {'target':>7s}")
+    print(f"{'model':22s} {'signal':6s} {'dur/s':>6s} {'RTF':>8s} {'target':>7s} {'RSS/MiB':>8s}")
     for name, (model, ch, target) in models.items():
-        for kind in ("tone", "noise"):
+        for kind in ("tone", "noise", "speech"):
             for dur in args.durations:
                 x = signal(kind, dur, ch).to(dtype)
-                rtf = bench(model, x, dur, args.reps if dur <= 2 else 1)
-                print(f"{name:22s} {kind:6s} {dur:6.1f} {rtf:8.4f} {target:7.2f}")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak RSS: {peak:.0f} MiB")
+                rtf = bench(model, x, dur, args.reps)
+                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+                print(f"{name:22s} {kind:6s} {dur:6.1f} {rtf:8.4f} {target:7.2f} {peak:8.0f}")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,27 @@ Importing the package registers the ``amt-*`` extractors with Lhotse (cheaply: n
 is built and no GPU is touched until features are computed).
 """
 
-from .features import AuditoryConfig, AuditoryExtractor, Dau1997Config, Dau1997Extractor
+from .features import (
+    AuditoryConfig,
+    AuditoryExtractor,
+    Dau1997Config,
+    Dau1997Extractor,
+    King2019Config,
+    King2019Extractor,
+    Osses2021Config,
+    Osses2021Extractor,
+)
+from .features.loudness import (
+    Glasberg2002Config,
+    Glasberg2002Extractor,
+    Moore2016Config,
+    Moore2016Extractor,
+)
 from .models import Dau1997
+from .models.glasberg2002 import Glasberg2002
+from .models.king2019 import King2019
+from .models.moore2016 import Moore2016
+from .models.osses2021 import Osses2021
 
 __version__ = "0.1.0"
 
@@ -15,8 +34,22 @@ __all__ = [
     "Dau1997",
     "Dau1997Config",
     "Dau1997Extractor",
+    "King2019",
+    "King2019Config",
+    "King2019Extractor",
+    "Osses2021",
+    "Osses2021Config",
+    "Osses2021Extractor",
     "__version__",
     "worker_init_fn",
+]
+__all__ += [
+    "Glasberg2002",
+    "Glasberg2002Config",
+    "Glasberg2002Extractor",
+    "Moore2016",
+    "Moore2016Config",
+    "Moore2016Extractor",
 ]
 
 

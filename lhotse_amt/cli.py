@@ -90,6 +90,21 @@ def plot(cutset: str, output_png: str, feature_config: str | None, name: str, cu
     click.echo(f"wrote {output_png}")
 
 
+@amt.command()
+@click.argument("out_dir", type=click.Path(), default="amt_demo")
+@click.option("-m", "--model", "models", multiple=True, help="Extractor(s) (default: all).")
+def demo(out_dir: str, models: tuple[str, ...]) -> None:
+    """Run every model on a small built-in example: manifests, features and PNGs in OUT_DIR."""
+    from .demo import run_demo
+
+    rows = run_demo(out_dir, list(models) or None)
+    click.echo(f"{'extractor':<18}{'frames':>8}{'dim':>6}{'time (s)':>10}{'RTF':>8}")
+    click.echo("(times include one-off kernel compilation and model set-up)")
+    for r in rows:
+        click.echo(f"{r['model']:<18}{r['frames']:>8}{r['dim']:>6}{r['seconds']:>10.2f}{r['rtf']:>8.3f}")
+    click.echo(f"features, manifests and plots are in {out_dir}/")
+
+
 def _extract_cuts_command(group: click.Group, name: str) -> None:
     @group.command(name=name, context_settings=dict(show_default=True))
     @click.argument("cutset", type=click.Path(exists=True, dir_okay=False, allow_dash=True))

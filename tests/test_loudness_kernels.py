@@ -99,3 +99,62 @@ def test_full_scale_helper():
         torch.tensor([2 * np.sqrt(2.0)], dtype=torch.float32),
         rtol=1e-5,
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# compiled excitation path (numba lower skirt + autocorrelation trick) vs the torch reference
+# ----------------------------------------------------------------------------------------------
+def test_lower_skirt_kernel_matches_numpy():
+    from lhotse_amt.kernels.loudness import lower_skirt_numpy
+
+    fc = L.cam_to_hz(np.arange(1.75, 39.01, 0.25))
+    m = L.excitation_matrices(fc, "moore2016")
+    f = np.arange(1, 961) * 15.625
+    rng = np.random.default_rng(1)
+    inten = rng.random((4, 960)) * 1e5
+    inten[:, 3::5] = 0.0  # not kept
+    s = 1.0 + 0.3 * rng.standard_normal((4, 960))
+    v = np.maximum(s[:, :, None] * m["lower_h"][None], -80.0)
+    below = f[:, None] < fc[None, :]
+    ref = (inten[:, :, None] * (1 - v) * np.exp(v) * below).sum(1)
+    for dt, tol in ((np.float64, 1e-13), (np.float32, 1e-5)):
+        got = lower_skirt_numpy(inten.astype(dt), s, L.roex_p(fc), fc, f, m["n_below"])
+        assert got.dtype == dt
+        assert np.abs(got - ref).max() / np.abs(ref).max() < tol
+
+
+def _noise(n, ch, level=65.0, seed=0):
+    x = np.random.default_rng(seed).standard_normal((ch, n)) if ch else None
+    x = x / np.sqrt(np.mean(x**2)) * 20e-6 * 10 ** (level / 20)
+    return x
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-11), (torch.float32, 2e-5)])
+def test_fast_path_matches_torch_reference(dtype, tol):
+    from lhotse_amt.models.glasberg2002 import Glasberg2002
+    from lhotse_amt.models.moore2016 import Moore2016
+
+    n = 4800
+    t = np.arange(n) / 32000
+    tone = np.sqrt(2) * 20e-6 * 10**3 * np.sin(2 * np.pi * 1000 * t)
+    noise = _noise(n, 1)[0]
+    mixed = tone + 0.01 * noise  # partly pruned high band
+    for cls, keys in (
+        (Glasberg2002, ("specific_loudness", "stl", "ltl")),
+        (Moore2016, ("inst_spec_loud_left", "stl", "ltl")),
+    ):
+        ref_m, fast_m = cls(dtype=dtype, backend="torch"), cls(dtype=dtype, backend="fast")
+        for sig in (tone, noise, mixed):
+            x = torch.tensor(
+                sig if cls is Glasberg2002 else np.stack([sig, 0.5 * sig]), dtype=dtype
+            )
+            with torch.no_grad():
+                a, b = ref_m.compute(x), fast_m.compute(x)
+            for k in keys:
+                err = float((a[k] - b[k]).abs().max() / a[k].abs().max())
+                assert err < tol, (cls.__name__, k, err)
+    # the automatic choice: fast without gradient, reference with it
+    m = Moore2016(dtype=torch.float64)
+    x = torch.tensor(np.stack([tone[:1600]] * 2), requires_grad=True)
+    assert not m._use_fast(x)
+    assert m._use_fast(x.detach())

@@ -288,6 +288,38 @@ class AuditoryExtractor(FeatureExtractor):
                 p = torch.cat(parts, -1)
                 frames[b].append(p.sqrt() if rms else p)
 
+    def _chunk_frames(
+        self,
+        model: torch.nn.Module,
+        x: Tensor,
+        state: Any,
+        t0: int,
+        ends: list[int],
+        frames: list[list[Tensor]],
+    ) -> Any:
+        """Append the frames of chunk ``x (B, C_in, Tc)`` (starting at sample ``t0``) to
+        ``frames[b]`` as ``(D, k_b)`` tensors; return the new streaming state. The default
+        pools :meth:`_sample_features`; subclasses may fuse model and pooling."""
+        y, state = self._sample_features(model, x, state)
+        self._pool(y, ends, t0, frames)
+        return state
+
+    def _frames_from_block_sums(
+        self, sums: Tensor, t0: int, ends: list[int], frames: list[list[Tensor]]
+    ) -> None:
+        """Turn per-block sums ``(B, D, n_blocks)`` (block ``k`` = samples
+        ``[t0 + k hop, t0 + (k + 1) hop)`` of the item, cut at its end) into frames."""
+        hop = self.hop
+        f0 = t0 // hop
+        nblk = sums.shape[-1]
+        for b, n in enumerate(ends):
+            k = min(nblk, self._num_frames(n) - f0)
+            if k <= 0:
+                continue
+            cnt = (n - t0 - hop * torch.arange(k, dtype=torch.float64)).clamp(1, hop)
+            f = sums[b, :, :k] / cnt.to(sums.dtype)
+            frames[b].append(f.sqrt() if self.config.pooling == "rms" else f)
+
     def _compute(self, x: Tensor, lengths: list[int]) -> list[Tensor]:
         """Features of a padded batch ``x (B, C_in, T)`` -> list of ``(F_i, D)``."""
         model = self.model(x.device)
@@ -302,8 +334,7 @@ class AuditoryExtractor(FeatureExtractor):
         t_needed = min(T, max(min(n, self._num_frames(n) * hop) for n in ends))
         for t0 in range(0, t_needed, chunk):
             xc = x[..., t0 : min(t0 + chunk, t_needed)]
-            y, state = self._sample_features(model, xc, state)
-            self._pool(y, ends, t0, frames)
+            state = self._chunk_frames(model, xc, state, t0, ends, frames)
         out = []
         for b in range(B):
             f = torch.cat(frames[b], -1).transpose(0, 1)

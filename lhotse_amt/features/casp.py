@@ -35,7 +35,16 @@ from torch import Tensor
 from ..models.dau1997 import Dau1997
 from .base import AuditoryConfig, AuditoryExtractor, config_from_dict
 
-__all__ = ["Dau1997Config", "Dau1997Extractor", "mu_to_intensity", "intensity_to_mu"]
+__all__ = [
+    "Dau1997Config",
+    "Dau1997Extractor",
+    "King2019Config",
+    "King2019Extractor",
+    "Osses2021Config",
+    "Osses2021Extractor",
+    "intensity_to_mu",
+    "mu_to_intensity",
+]
 
 _MINLVL = 1e-5  # 0 dB SPL on the AMT 100-dB scale
 _C = _MINLVL ** (1.0 / 32.0)
@@ -159,6 +168,59 @@ class _CASPExtractor(_MUMixing, AuditoryExtractor):
                     continue
                 names.append(f"fc={f:.1f}Hz/mfc={m:.2f}Hz")
         return names
+
+    def _fused_ok(self, model: torch.nn.Module, x: Tensor) -> bool:
+        """The fused CPU path applies to the plain gammatone-IHC-loops-modulation chain."""
+        return (
+            isinstance(model, Dau1997)
+            and self.config.stage == "modulation"
+            and x.device.type == "cpu"
+            and model.modulation.poles.shape[-1] == 1
+            and not torch.is_grad_enabled()
+        )
+
+    def _chunk_frames(
+        self,
+        model: torch.nn.Module,
+        x: Tensor,
+        state: Any,
+        t0: int,
+        ends: list[int],
+        frames: list[list[Tensor]],
+    ) -> Any:
+        if not self._fused_ok(model, x):
+            return super()._chunk_frames(model, x, state, t0, ends, frames)
+        # CPU: time-major kernels (SIMD across channels), the modulation filterbank fused
+        # with pooling: no sample-rate (B, C, M, T) tensor is ever built.
+        from ..functional.gammatone import gammatone_poles
+        from ..kernels import cpu
+
+        st = state or {}
+        fb, mod = model.filterbank, model.modulation
+        pole, gain = gammatone_poles(fb.fc.double(), fb.fs, fb.n, fb.erb_scale.double())
+        ihc, fst = cpu.gammatone_ihc_time_major(x[:, 0], pole, gain, fb.n, model.ihc.sos, st.get("fb"))
+        ad = model.adaptation
+        a, ast = ad(torch.from_numpy(ihc).transpose(1, 2), st.get("adaptation"), return_state=True)
+        sums, mstate = cpu.modulation_bank_pooled(
+            a.transpose(1, 2).numpy(),
+            mod.lp_sos,
+            mod.prefilter_sos,
+            mod.poles[:, 1:, 0],
+            mod.gains[:, 1:, 0],
+            mod.use_abs[:, 1:],
+            mod.scale,
+            st.get("mod"),
+            self.hop,
+            [n - t0 for n in ends],
+            self.config.pooling == "rms",
+        )
+        B, C, M, nblk = sums.shape
+        sums = sums.reshape(B, C * M, nblk)
+        cols = self._column_index()
+        if cols is not None:
+            sums = sums[:, torch.as_tensor(cols)]
+        self._frames_from_block_sums(sums, t0, ends, frames)
+        return {"fb": fst, "adaptation": ast, "mod": mstate}
 
     def _sample_features(self, model: torch.nn.Module, x: Tensor, state: Any) -> tuple[Tensor, Any]:
         st = state or {}
@@ -505,6 +567,51 @@ class King2019Extractor(_KingMixing, AuditoryExtractor):
             return [f"fc={f:.1f}Hz" for f in fc]
         return [f"fc={f:.1f}Hz/mfc={m:.2f}Hz" for f in fc for m in mfc]
 
+    def _chunk_frames(
+        self,
+        model: torch.nn.Module,
+        x: Tensor,
+        state: Any,
+        t0: int,
+        ends: list[int],
+        frames: list[list[Tensor]],
+    ) -> Any:
+        mod = getattr(model, "modulation", None)
+        fused = (
+            self.config.stage == "modulation"
+            and x.device.type == "cpu"
+            and mod is not None
+            and mod.poles.shape[-1] == 1
+            and not torch.is_grad_enabled()
+        )
+        if not fused:
+            return super()._chunk_frames(model, x, state, t0, ends, frames)
+        # CPU: modulation filterbank fused with pooling (no sample-rate (B, C, M, T) tensor)
+        from ..kernels import cpu
+
+        st = state or {}
+        out, new = model.stream(x[:, 0], st.get("model"), upto="adaptation")
+        sums, mstate = cpu.modulation_bank_pooled(
+            out["adaptation"],
+            mod.lp_sos,
+            mod.prefilter_sos,
+            mod.poles[:, 1:, 0],
+            mod.gains[:, 1:, 0],
+            mod.use_abs[:, 1:],
+            mod.scale,
+            st.get("mod"),
+            self.hop,
+            [n - t0 for n in ends],
+            self.config.pooling == "rms",
+        )
+        B, C, M, nblk = sums.shape
+        sums = sums.reshape(B, C * M, nblk)
+        cols = self._column_index()
+        if cols is not None:
+            sums = sums[:, torch.as_tensor(cols)]
+        self._frames_from_block_sums(sums, t0, ends, frames)
+        return {"model": new, "mod": mstate}
+
     def _sample_features(self, model: torch.nn.Module, x: Tensor, state: Any) -> tuple[Tensor, Any]:
         out, new = model.stream(x[:, 0], state, upto=self.config.stage)
         y = out[self.config.stage]
@@ -515,3 +622,181 @@ class King2019Extractor(_KingMixing, AuditoryExtractor):
             B, C, M, T = y.shape
             y = y.reshape(B, C * M, T)
         return y, new
+
+
+# ======================================================================================
+# amt-paulick2024
+# ======================================================================================
+
+import math  # noqa: E402
+
+from ..models.paulick2024 import Paulick2024  # noqa: E402
+
+
+@dataclass
+class Paulick2024Config(AuditoryConfig):
+    """Config of ``amt-paulick2024`` (:class:`lhotse_amt.models.paulick2024.Paulick2024`).
+
+    Attributes:
+        sampling_rate: 44100 by default (the rate of the stored ear filters).
+        flow, fhigh, n_channels: DRNL grid (``n_channels`` ERB-spaced channels).
+        use_outerear: headphone filter on/off (the middle ear is always applied).
+        drnl_preset: ``"jepsen2008"`` or ``"lopezpoveda2001"``.
+        adaptation_limit: overshoot limit of the loops (``None``: 5).
+        resample_factor: decimation after the adaptation loops (4).
+        max_mfc, use_upper_limit, att_factor, lp150, filter_type: modulation filterbank
+            settings (``None``: the ``"paulick2024"`` preset's).
+        stage: ``"modulation"`` (default), ``"resampled"`` (decimated adaptation output,
+            one column per channel) or ``"adaptation"`` (full-rate adaptation output).
+        layout: ``"compact"`` or ``"padded"`` modulation columns.
+    """
+
+    sampling_rate: int = 44100
+    flow: float = 125.0
+    fhigh: float = 8000.0
+    n_channels: int = 50
+    use_outerear: bool = True
+    drnl_preset: str = "jepsen2008"
+    adaptation_limit: float | None = None
+    resample_factor: int = 4
+    max_mfc: float | None = None
+    use_upper_limit: bool | None = None
+    att_factor: float | None = None
+    lp150: bool | None = None
+    filter_type: str = "efilt"
+    stage: str = "modulation"
+    layout: str = "compact"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Paulick2024Config:
+        return config_from_dict(cls, data)
+
+
+@register_extractor
+class Paulick2024Extractor(_CASPExtractor):
+    """Lhotse extractor ``amt-paulick2024``: frame-level internal representation of the
+    revised CASP model (Paulick et al. 2024).
+
+    Layout as the other CASP extractors (module docstring): ``stage="modulation"`` gives one
+    column per (channel, modulation band), channel-major, ``compact`` (the 4-8 bands each
+    channel has with the ``fc / 4`` upper limit) or ``padded`` (``max_bands`` per channel,
+    zero for missing bands); ``stage="resampled"`` / ``"adaptation"`` one column per channel.
+    Values are model units (pad with 0.0).
+
+    **Frames at the input rate.** The model decimates by ``R = resample_factor`` after the
+    adaptation loops, so a frame hop of ``hop`` input samples (441 at 44.1 kHz and 10 ms) is
+    generally not an integer number of decimated samples. Frames stay defined on the input
+    samples: the decimated output is held constant over the ``R`` input samples it stands
+    for (``[R m, R m + R)``; it depends only on input samples up to ``R m``, so it is causal)
+    and frame ``j`` is the mean (or rms) of that held signal over input samples
+    ``[j hop, (j + 1) hop)`` (cut at the end of the signal), i.e. a weighted mean of the
+    decimated samples with fractional weights at the frame edges. The frame count is
+    exactly Lhotse's ``compute_num_frames_from_samples``. Chunks are multiples of
+    ``lcm(hop, R)`` input samples and carry all filter, loop and decimator states, so chunked
+    extraction equals one-shot extraction.
+
+    **Mixing hooks** (``mix``/``scale``/``compute_energy``): as for ``amt-dau1997`` they invert
+    the adaptation loops' steady state; here the loops' input is the IHC receptor potential
+    (V), not the sound amplitude, so adding its "intensities" is a coarser approximation than
+    for Dau1997. Extract from mixed audio where accuracy matters.
+    """
+
+    name = "amt-paulick2024"
+    config_type = Paulick2024Config
+    stages: ClassVar[tuple[str, ...]] = ("modulation", "resampled", "adaptation")
+
+    def __init__(self, config: Paulick2024Config | None = None) -> None:
+        super().__init__(config)
+
+    @classmethod
+    def test_config(cls) -> Paulick2024Config:
+        """A fast configuration for tests: 8 DRNL channels (the defaults use 50)."""
+        return Paulick2024Config(n_channels=8)
+
+    def _check_config(self) -> None:
+        super()._check_config()
+        if int(self.config.resample_factor) < 1:
+            raise ValueError("resample_factor must be a positive integer")
+        if self.config.drnl_preset not in ("jepsen2008", "lopezpoveda2001"):
+            raise ValueError(
+                f"drnl_preset must be 'jepsen2008' or 'lopezpoveda2001', got "
+                f"{self.config.drnl_preset!r}"
+            )
+
+    def _build_model(self) -> Paulick2024:
+        c = self.config
+        ad = {} if c.adaptation_limit is None else {"limit": c.adaptation_limit}
+        mod: dict[str, Any] = {}
+        for k in ("max_mfc", "use_upper_limit", "att_factor", "lp150"):
+            if getattr(c, k) is not None:
+                mod[k] = getattr(c, k)
+        return Paulick2024(
+            c.sampling_rate,
+            flow=c.flow,
+            fhigh=c.fhigh,
+            n_channels=c.n_channels,
+            use_outerear=c.use_outerear,
+            filter_type=c.filter_type,
+            dtype=self.torch_dtype,
+            drnl_kwargs={"preset": c.drnl_preset},
+            adaptation_kwargs=ad,
+            modulation_kwargs=mod,
+            resample_factor=c.resample_factor,
+        )
+
+    def _decimation(self) -> int:
+        return 1 if self.config.stage == "adaptation" else int(self.config.resample_factor)
+
+    def _compute(self, x: Tensor, lengths: list[int]) -> list[Tensor]:
+        R = self._decimation()
+        if R == 1:
+            return super()._compute(x, lengths)
+        model = self.model(x.device)
+        hop = self.hop
+        L = hop * R // math.gcd(hop, R)
+        chunk = max(L, int(round(self.config.chunk_duration * self.config.sampling_rate)) // L * L)
+        B, _, T = x.shape
+        ends = list(lengths)
+        frames: list[list[Tensor]] = [[] for _ in range(B)]
+        state = None
+        t_needed = min(T, max(min(n, self._num_frames(n) * hop) for n in ends))
+        for t0 in range(0, t_needed, chunk):
+            t1 = min(t0 + chunk, t_needed)
+            y, state = self._sample_features(model, x[..., t0:t1], state)
+            self._pool_held(y, ends, t0, t1, R, frames)
+        out = []
+        for b in range(B):
+            f = torch.cat(frames[b], -1).transpose(0, 1)
+            assert f.shape[0] == self._num_frames(ends[b])
+            out.append(f)
+        return out
+
+    def _pool_held(
+        self, y: Tensor, ends: list[int], t0: int, t1: int, R: int, frames: list[list[Tensor]]
+    ) -> None:
+        """Pool decimated features ``y (B, D, M)`` of input samples ``[t0, t1)`` (``t0`` a
+        multiple of ``R`` and of ``hop``) held over ``R`` samples each (class docstring)."""
+        hop = self.hop
+        rms = self.config.pooling == "rms"
+        v = (y.square() if rms else y).to(torch.float64)
+        M = v.shape[-1]
+        width = (hop + R - 1) // R + 1
+        dev = v.device
+        for b in range(len(ends)):
+            n = ends[b]
+            F = self._num_frames(n)
+            f_lo = -(-t0 // hop)
+            f_hi = min(F, -(-t1 // hop))
+            if f_hi <= f_lo:
+                continue
+            f = torch.arange(f_lo, f_hi, device=dev)
+            s = f * hop - t0
+            e = torch.clamp((f + 1) * hop, max=n) - t0
+            q = (s // R)[:, None] + torch.arange(width, device=dev)[None, :]  # (nf, W)
+            lo = torch.maximum(q * R, s[:, None])
+            hi = torch.minimum(q * R + R, e[:, None])
+            w = torch.clamp(hi - lo, min=0).to(torch.float64)
+            qc = q.clamp(max=M - 1)
+            vals = v[b][:, qc]  # (D, nf, W)
+            p = (vals * w).sum(-1) / (e - s).to(torch.float64)
+            frames[b].append((p.sqrt() if rms else p).to(y.dtype))

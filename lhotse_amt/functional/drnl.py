@@ -141,7 +141,10 @@ def drnl_parameters(fc: np.ndarray, preset: str = "jepsen2008", **overrides) -> 
     if (fc <= 0).any():
         raise ValueError("DRNL characteristic frequencies must be positive")
     fa = fc if p["compresslimit"] is None else np.minimum(fc, float(p["compresslimit"]))
-    out = {k: _reg(p[k], fc) for k in ("lin_gain", "lin_fc", "lin_bw", "lin_lp", "nl_fc", "nl_bw", "nl_lp")}
+    out = {
+        k: _reg(p[k], fc)
+        for k in ("lin_gain", "lin_fc", "lin_bw", "lin_lp", "nl_fc", "nl_bw", "nl_lp")
+    }
     out["a"] = _reg(p["a"], fa)
     out["b"] = _reg(p["b"], fa)
     out["c"] = float(p["c"])
@@ -287,11 +290,9 @@ def drnl(
     dtype = torch.promote_types(x.dtype, lin_gain.dtype)
     xc = x.to(dtype).unsqueeze(-2)  # (..., 1, T)
     lin_in = xc * lin_gain.to(dtype)[:, None]
-    y_lin, z_lin = sosfilt(
-        lin_in, lin_sos, state.get("lin"), return_state=True, backend="torch"
-    )
+    y_lin, z_lin = sosfilt(lin_in, lin_sos, state.get("lin"), return_state=True, backend="torch")
     u, z1 = sosfilt(xc, nl_gt, state.get("nl1"), return_state=True, backend="torch")
     u = broken_stick(u, a.to(dtype)[:, None], b.to(dtype)[:, None], c_t.to(dtype))
     u, z2 = sosfilt(u, nl2_sos, state.get("nl2"), return_state=True, backend="torch")
-    y = y_lin + u
+    y = (y_lin + u).to(x.dtype if x.is_floating_point() else dtype)
     return (y, {"lin": z_lin, "nl1": z1, "nl2": z2}) if return_state else y

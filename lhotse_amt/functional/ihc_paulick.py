@@ -34,7 +34,7 @@ The 13 constants (siemens, metres, volts, farads):
 ==================  ======================  ==================================
 
 **Resting potential.** With constant K+ conductances the circuit's resting potential is
-``V_ss = (G EP + Gkf Ekf + Gks Eks) / (G + Gkf + Gks)`` = **-61.64 mV** for
+``V_ss = (G EP + Gkf Ekf + Gks Eks) / (G + Gkf + Gks)`` = **-61.66 mV** for
 ``G = G_precharge``, not the documented -57.03 mV (that value belongs to the full model of
 Verhulst et al. 2018, whose K+ conductances are voltage dependent). The membrane time
 constant is ``Cm / (G + Gkf + Gks)`` = 0.29 ms, so the 50-ms pre-charge from -57.03 mV lands
@@ -48,7 +48,7 @@ exact value of ``N`` forward-Euler steps).
 combination of ``V`` and the instantaneous equilibrium (``dt (G + Gkf + Gks) / Cm < 1``
 for ``fs`` above about 5.6 kHz), so ``V`` stays between ``(Gkf Ekf + Gks Eks) / (Gkf + Gks)``
 = -74.5 mV (``G = 0``) and ``(Gmax EP + Gkf Ekf + Gks Eks) / (Gmax + Gkf + Gks)`` = -3.6 mV
-(``G = Gmax``): the output saturates at about -12.9 mV and +58.0 mV re ``V_pre``.
+(``G = Gmax``): the output saturates at -12.84 mV and +58.07 mV re ``V_pre``.
 
 **Numerics.** The recursion runs on the deviation ``W = V - V_pre`` (mathematically the same
 recursion; in float32 it keeps the resolution of the small deviations that the
@@ -171,7 +171,9 @@ def ihc_paulick_reference(
     for n in range(x.shape[-1]):
         z = torch.minimum(c["x0"] - c["scale"] * x[..., n], zmax)
         G = c["gmax"] / (1.0 + torch.exp(z / c["s1"]) * (1.0 + torch.exp(z / c["s0"])))
-        W = W + c["k"] * (-G * (W + c["dep"]) - c["gkf"] * (W + c["dkf"]) - c["gks"] * (W + c["dks"]))
+        W = W + c["k"] * (
+            -G * (W + c["dep"]) - c["gkf"] * (W + c["dkf"]) - c["gks"] * (W + c["dks"])
+        )
         out.append(W)
     y = torch.stack(out, -1) if out else x.new_zeros(x.shape)
     return y, W
@@ -202,7 +204,7 @@ def ihc_paulick(
     """
     p = dict(IHC_PAULICK_CONSTANTS)
     p.update(params or {})
-    _check_fs({k: float(v) for k, v in p.items()}, fs)
+    _check_fs({k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in p.items()}, fs)
     dtype = x.dtype if x.is_floating_point() else torch.float32
     p64 = {
         k: v.to(device=x.device, dtype=torch.float64)

@@ -46,6 +46,8 @@ __all__ = [
     "pa_from_full_scale",
     "band_plan",
     "multires_intensity",
+    "autocorr_basis",
+    "FastExcitation",
     "prune_components",
     "excitation_moore2016",
     "excitation_gm2002",
@@ -194,8 +196,13 @@ def dft_bases(variant: str) -> list[tuple[int, np.ndarray, np.ndarray]]:
 
 
 def multires_intensity(
-    z: Tensor, t0: int, j_first: int, n_frames: int, bases: list[tuple[int, np.ndarray, Tensor]]
-) -> Tensor:
+    z: Tensor,
+    t0: int,
+    j_first: int,
+    n_frames: int,
+    bases: list[tuple[int, np.ndarray, Tensor]],
+    return_autocorr: Tensor | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Six-window spectrum with a 1-ms hop, batched over frames (no loop over frames).
 
     Args:
@@ -204,9 +211,13 @@ def multires_intensity(
         j_first: index of the first frame; frame ``j`` is centred on input sample ``32 j``.
         n_frames: number of frames ``F``.
         bases: output of :func:`dft_bases` with the bases as tensors.
+        return_autocorr: window ``(64,)`` of the shortest analysis window (float64, see
+            :func:`autocorr_basis`); if given, also return the autocorrelation ``(..., F, 64)``
+            (float64) of its windowed segments.
 
     Returns:
-        Component intensities re (20 µPa)² on bins 1 … 960, shape ``(..., F, 960)``.
+        Component intensities re (20 µPa)² on bins 1 … 960, shape ``(..., F, 960)``
+        (and the autocorrelation, see ``return_autocorr``).
     """
     lead = z.shape[:-1]
     t_lo = HOP * j_first - 1024  # first input time needed
@@ -219,11 +230,52 @@ def multires_intensity(
     for length, bins, basis in bases:
         start = base + 1024 - length // 2
         seg = zp[..., start : start + HOP * (n_frames - 1) + length].unfold(-1, length, HOP)
-        y = seg @ basis
+        y = (seg.reshape(-1, length) @ basis).reshape(*lead, n_frames, basis.shape[1])
         nb = len(bins)
-        p = y[..., :nb].square() + y[..., nb:].square()
-        out[..., bins - 1] = p
+        re, im = y[..., :nb], y[..., nb:]
+        p = torch.addcmul(re * re, im, im)
+        lo = int(bins[0]) - 1
+        if nb and np.array_equal(bins, np.arange(bins[0], bins[0] + nb)):
+            out[..., lo : lo + nb] = p
+        else:
+            out[..., bins - 1] = p
+    if return_autocorr is not None:
+        length = WINDOW_LENGTHS[-1]
+        start = base + 1024 - length // 2
+        seg = zp[..., start : start + HOP * (n_frames - 1) + length].unfold(-1, length, HOP)
+        y = seg.to(torch.float64) * return_autocorr.to(torch.float64)
+        spec = torch.fft.rfft(y, 2 * length)
+        r = torch.fft.irfft(spec.real.square() + spec.imag.square(), 2 * length)[..., :length]
+        return out, r
     return out
+
+
+def autocorr_basis(variant: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Map from the autocorrelation of the shortest window's segment to its component intensities.
+
+    For the 2-ms window (64 samples) the component intensities on its bins are
+    ``I_k = scale^2 |sum_n y_n exp(-i w_k n)|^2 = r @ A`` with ``y = window * segment``,
+    ``r_tau = sum_n y_n y_(n + tau)`` (``tau = 0 … 63``) and
+    ``A[tau, k] = scale^2 (1 if tau == 0 else 2) cos(w_k tau)``, ``w_k = 2 pi k / 2048``.
+    Its 702 bins (4 … 15 kHz) are a 32-times oversampled spectrum of a 64-sample segment, so any
+    fixed linear map of them (the level-per-ERB and upper-skirt matrices) can be applied to the
+    64 autocorrelation values instead of the 702 intensities.
+
+    Returns ``(window (L,), bins (n,), A (L, n))`` in float64.
+    """
+    length = WINDOW_LENGTHS[-1]
+    bins = band_plan(variant)[-1]
+    n = np.arange(length)
+    if variant == "moore2016":
+        w = np.hanning(length)
+        scale = (2.0 / N_FFT) * math.sqrt(10.0**0.332 * 2.0**5 / 2.0) / P0
+    else:
+        w = 0.5 - 0.5 * np.cos(2.0 * np.pi * n / length)
+        scale = math.sqrt(2.0 / (N_FFT * np.sum(w**2))) / P0
+    tau = np.arange(length)
+    a = np.cos(2.0 * np.pi * np.outer(tau, bins) / N_FFT) * (scale**2)
+    a[1:] *= 2.0
+    return w, bins, a
 
 
 def prune_components(intensity: Tensor, floor: float = 1000.0, rel: float = 1e-6) -> Tensor:
@@ -356,6 +408,109 @@ def excitation_gm2002(
     s = 1.0 - _SLOPE_BETA * (x_db - 51.0)
     e = intensity @ mats["upper"] + _lower_branch(intensity, s, mats["lower_h"], n_below, True)
     return e, x_db
+
+
+class FastExcitation:
+    """Excitation pattern for inference on the CPU (no gradient): same result as the torch path.
+
+    Used by the models when no gradient is needed. Equal to :func:`excitation_moore2016` with
+    the matrices of :func:`excitation_matrices` (any level variant) up to float rounding, but
+    computed as
+
+    * level per ERB at the components and upper skirt: one matrix product with the fixed
+      ``[level | upper]`` matrix. Frames with few kept components (tones) use the rows/columns of
+      the kept components only; otherwise the 702 bins of the 2-ms window (4–15 kHz) enter
+      through the 64 autocorrelation values of its windowed segment (:func:`autocorr_basis`,
+      float64), minus the components removed by the pruning rule, which cuts the dominant
+      product by a factor of about three;
+    * lower skirt (level dependent, one exponential per component/channel pair): the fused
+      numba kernel :func:`lhotse_amt.kernels.loudness.lower_skirt`.
+
+    No truncation of the roex weights beyond the reference's own (``u <= 80``, ``g <= 4``,
+    weights < 1e-30 set to 0), so the results agree with the torch path to float rounding
+    (float64: ~1e-13 relative; float32: ~1e-6).
+
+    Args:
+        fc: channel centre frequencies (Hz).
+        level_variant: ``"moore2016"`` or ``"component"`` (see :func:`excitation_matrices`).
+        band_variant: band plan of the spectrum (``"moore2016"`` or ``"gm2002"``).
+        dtype: computation dtype.
+    """
+
+    def __init__(
+        self, fc: np.ndarray, level_variant: str, band_variant: str, dtype: torch.dtype
+    ) -> None:
+        mats = excitation_matrices(fc, level_variant)
+        wu = np.concatenate([mats["level"], mats["upper"]], axis=1)
+        window, bins, a = autocorr_basis(band_variant)
+        if bins[-1] != N_BINS or np.any(np.diff(bins) != 1):
+            raise ValueError("the shortest window must cover a contiguous top band")
+        self.h0 = int(bins[0] - 1)
+        self.dtype = dtype
+        self.n_channels = len(fc)
+        self.wu = torch.tensor(wu, dtype=dtype)
+        self.awu = torch.tensor(a @ wu[self.h0 :], dtype=torch.float64)
+        self.window = torch.tensor(window, dtype=torch.float64)
+        self.wu64_high = torch.tensor(wu[self.h0 :], dtype=torch.float64)
+        self.fc = np.asarray(fc, dtype=np.float64)
+        self.p = roex_p(self.fc)
+        self.f = _bin_hz()
+        self.n_below = mats["n_below"]
+
+    def __call__(self, inten: Tensor, keep: Tensor, autocorr: Tensor, chunk: int = 256) -> Tensor:
+        """Excitation ``(..., F, C)`` (not floored) from intensities and kept mask
+        ``(..., F, 960)`` and the shortest window's autocorrelation ``(..., F, 64)``."""
+        from lhotse_amt.kernels.loudness import lower_skirt
+
+        lead = inten.shape[:-1]
+        rows = inten.reshape(-1, N_BINS).to(self.dtype)
+        kp = keep.reshape(-1, N_BINS)
+        rr = autocorr.reshape(-1, autocorr.shape[-1]).to(torch.float64)
+        ik = torch.where(kp, rows, torch.zeros_like(rows))
+        n_rows = rows.shape[0]
+        n_out = self.wu.shape[1]
+        y = rows.new_zeros(n_rows, n_out)
+        h0 = self.h0
+        for r0 in range(0, n_rows, chunk):
+            r1 = min(r0 + chunk, n_rows)
+            ikc, kc = ik[r0:r1], kp[r0:r1]
+            cols = torch.nonzero(kc.any(0)).flatten()
+            n_u = cols.numel()
+            if n_u == 0:
+                continue
+            pruned = torch.where(kc[:, h0:], torch.zeros_like(ikc[:, h0:]), rows[r0:r1, h0:])
+            pcols = torch.nonzero(pruned.any(0)).flatten()
+            n_high = N_BINS - h0
+            # cost (rows of the matrix used): union of kept components vs low band + either
+            # the autocorrelation (64 float64 rows, ~2 float32 rows each) minus the pruned rows,
+            # or all high rows
+            if n_u <= h0 + min(128 + pcols.numel(), n_high):
+                y[r0:r1] = ikc[:, cols] @ self.wu[cols]
+                continue
+            acc = ikc[:, :h0] @ self.wu[:h0]
+            if 128 + pcols.numel() < n_high:
+                hi = rr[r0:r1] @ self.awu
+                if pcols.numel():
+                    hi = hi - pruned[:, pcols].to(torch.float64) @ self.wu64_high[pcols]
+                acc = acc + hi.to(self.dtype)
+            else:
+                acc = acc + ikc[:, h0:] @ self.wu[h0:]
+            y[r0:r1] = acc
+        # s = 1 - beta (10 log10(max(X, 1e-30)) - 51), in place
+        s = y[:, :N_BINS].clamp_min(1e-30)
+        s = s.log10_().mul_(-10.0 * _SLOPE_BETA).add_(1.0 + 51.0 * _SLOPE_BETA)
+        low = lower_skirt(ik, s, self.p, self.fc, self.f, self.n_below)
+        e = y[:, N_BINS:] + low
+        return e.reshape(*lead, self.n_channels)
+
+
+def fast_path_ok(x: Tensor, module: torch.nn.Module) -> bool:
+    """True if the no-grad CPU kernels may be used: CPU tensors and no gradient required."""
+    if x.device.type != "cpu":
+        return False
+    if not torch.is_grad_enabled():
+        return True
+    return not (x.requires_grad or any(p.requires_grad for p in module.parameters()))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -268,7 +268,10 @@ def modulation_filterbank(
             if bool((bp_direct != 0).any()):
                 y = y + bp_direct[..., None] * u.unsqueeze(-2)
             new_state["bp"] = torch.cat(sts, -1)
-            mag = torch.sqrt(y.real.square() + y.imag.square())
+            sq = y.real.square() + y.imag.square()
+            # |y| with a zero (not NaN) gradient where y == 0 (e.g. before the signal starts)
+            pos = sq > 0
+            mag = torch.where(pos, torch.sqrt(torch.where(pos, sq, torch.ones_like(sq))), 0.0)
             bands = torch.where(bp_abs[..., None], mag, y.real) * bp_scale[..., None]
         out = torch.cat([lp.unsqueeze(-2) * scale[:, :1, None], bands], dim=-2)
     else:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from numba import njit
 
-__all__ = ["agc_numba", "agc_triton", "HAS_TRITON"]
+__all__ = ["agc_numba", "agc_numba_state", "agc_triton", "HAS_TRITON"]
 
 
 @njit(cache=True, nogil=True)
@@ -35,6 +35,33 @@ def _agc_kernel(x, attack, release, zero, y):  # pragma: no cover - compiled
             a = attack if v > s else release
             s = s + a * (v - s)
             y[r, t] = s
+
+
+@njit(cache=True, nogil=True)
+def _agc_kernel_state(x, attack, release, state, y):  # pragma: no cover - compiled
+    n_rows, n_t = x.shape
+    for r in range(n_rows):
+        s = state[r]
+        for t in range(n_t):
+            v = x[r, t]
+            a = attack if v > s else release
+            s = s + a * (v - s)
+            y[r, t] = s
+        state[r] = s
+
+
+def agc_numba_state(x: np.ndarray, attack: float, release: float, state: np.ndarray) -> np.ndarray:
+    """Streaming AGC of each row of ``x (N, T)`` (numpy) starting from ``state (N,)``.
+
+    ``state`` is updated in place to the last output of each row, so consecutive calls on
+    consecutive blocks equal one call on the whole signal (``state = 0`` initially).
+    """
+    xn = np.ascontiguousarray(x)
+    y = np.empty_like(xn)
+    if xn.shape[1] > 0:
+        t = xn.dtype.type
+        _agc_kernel_state(xn, t(attack), t(release), state, y)
+    return y
 
 
 def agc_numba(x: torch.Tensor, attack: float, release: float) -> torch.Tensor:

@@ -299,3 +299,230 @@ def efilt_bank(
     cdt = torch.complex128 if dt == np.float64 else torch.complex64
     st = torch.complex(torch.from_numpy(sr), torch.from_numpy(si)).to(cdt)
     return torch.from_numpy(y).reshape(*lead, C, M, T), st.reshape(*lead, C, M, 1)
+
+
+# --------------------------------------------------------------------------------------
+# Time-major kernels: the innermost loop runs over channels, whose recursions are
+# independent, so LLVM vectorises it (SIMD across channels) instead of waiting on one
+# channel's dependency chain. Used by the feature-extraction path on the CPU.
+# --------------------------------------------------------------------------------------
+
+_TM = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+
+
+@njit(parallel=True, **_TM)
+def _gammatone_ihc_tm(x, pr, pi, g, K, zr, zi, sos, zs, y):  # pragma: no cover
+    # x (B, T); pole pr/pi, real gain g (C,); states zr/zi (B, K, C); IHC sections
+    # sos (S, 6) shared by all channels, states zs (B, S, 2, C); y (B, T, C) = IHC output
+    B, T = x.shape
+    C = pr.shape[0]
+    S = sos.shape[0]
+    for b in prange(B):
+        sr = zr[b].copy()
+        si = zi[b].copy()
+        z = zs[b].copy()
+        for n in range(T):
+            v = x[b, n]
+            yb = y[b, n]
+            for c in range(C):
+                ur = v
+                ui = 0.0
+                for k in range(K):
+                    nr = pr[c] * sr[k, c] - pi[c] * si[k, c] + ur
+                    ni = pr[c] * si[k, c] + pi[c] * sr[k, c] + ui
+                    sr[k, c] = nr
+                    si[k, c] = ni
+                    ur = nr
+                    ui = ni
+                w = 2.0 * g[c] * ur
+                w = w if w > 0.0 else 0.0
+                for s in range(S):
+                    out = sos[s, 0] * w + z[s, 0, c]
+                    z[s, 0, c] = sos[s, 1] * w - sos[s, 4] * out + z[s, 1, c]
+                    z[s, 1, c] = sos[s, 2] * w - sos[s, 5] * out
+                    w = out
+                yb[c] = w
+        zr[b] = sr
+        zi[b] = si
+        zs[b] = z
+
+
+def gammatone_ihc_time_major(
+    x: torch.Tensor,
+    pole: torch.Tensor,
+    gain: torch.Tensor,
+    order: int,
+    ihc_sos: torch.Tensor,
+    state: dict | None,
+) -> tuple[np.ndarray, dict]:
+    """Gammatone (``2 Re``) + half-wave rectification + IHC low-pass on ``x (B, T)``.
+
+    Returns the IHC output time-major ``(B, T, C)`` (float64 numpy) and the states in the
+    layouts of :func:`lhotse_amt.functional.gammatone.gammatone` (complex ``(B, C, K)``)
+    and :func:`lhotse_amt.functional.iir.sosfilt` (``(B, C, S, 2)``).
+    """
+    _threads()
+    xn = _np(x).astype(np.float64)
+    B, T = xn.shape
+    p = _np(pole).astype(np.complex128)
+    C = p.shape[0]
+    sos = _np(ihc_sos).astype(np.float64)
+    S = sos.shape[0]
+    state = state or {}
+    if "filterbank" in state:
+        z = _np(state["filterbank"]).astype(np.complex128)  # (B, C, K)
+        zr = np.ascontiguousarray(z.real.transpose(0, 2, 1))
+        zi = np.ascontiguousarray(z.imag.transpose(0, 2, 1))
+    else:
+        zr = np.zeros((B, order, C))
+        zi = np.zeros((B, order, C))
+    if "ihc" in state:
+        zs = np.ascontiguousarray(_np(state["ihc"]).astype(np.float64).transpose(0, 2, 3, 1))
+    else:
+        zs = np.zeros((B, S, 2, C))
+    y = np.empty((B, T, C))
+    _gammatone_ihc_tm(
+        xn, np.ascontiguousarray(p.real), np.ascontiguousarray(p.imag),
+        _np(gain).astype(np.float64), order, zr, zi, sos, zs, y,
+    )
+    fb = torch.complex(torch.from_numpy(zr), torch.from_numpy(zi)).transpose(1, 2)
+    return y, {"filterbank": fb, "ihc": torch.from_numpy(zs).permute(0, 3, 1, 2)}
+
+
+@njit(**_TM)
+def _modbank_pooled_tm(
+    u, pre, zpre, lp, zlp, pr, pi, gr, gi, ab, sc, sc0, sr, si, hop, end, square, sums
+):  # pragma: no cover - compiled
+    # u (T, C) adaptation output; pre/lp (S, 6) shared sections, states (S, 2, C);
+    # bands pr.. (M, C); states sr/si (M, C); sums (M + 1, nblk, C); samples >= end unused
+    T, C = u.shape
+    M = pr.shape[0]
+    Tb = min(T, end)
+    nblk = (Tb + hop - 1) // hop
+    w = np.empty((Tb, C))
+    for n in range(Tb):
+        for c in range(C):
+            w[n, c] = u[n, c]
+    for s in range(pre.shape[0]):
+        for n in range(Tb):
+            for c in range(C):
+                v = w[n, c]
+                out = pre[s, 0] * v + zpre[s, 0, c]
+                zpre[s, 0, c] = pre[s, 1] * v - pre[s, 4] * out + zpre[s, 1, c]
+                zpre[s, 1, c] = pre[s, 2] * v - pre[s, 5] * out
+                w[n, c] = out
+    acc = sums[0]
+    for k in range(nblk):
+        for c in range(C):
+            acc[k, c] = 0.0
+        for n in range(k * hop, min((k + 1) * hop, Tb)):
+            for c in range(C):
+                v = w[n, c]
+                for s in range(lp.shape[0]):
+                    out = lp[s, 0] * v + zlp[s, 0, c]
+                    zlp[s, 0, c] = lp[s, 1] * v - lp[s, 4] * out + zlp[s, 1, c]
+                    zlp[s, 1, c] = lp[s, 2] * v - lp[s, 5] * out
+                    v = out
+                v = v * sc0[c]
+                acc[k, c] += v * v if square else v
+    for m in range(M):
+        a_r = pr[m]
+        a_i = pi[m]
+        c_r = gr[m]
+        c_i = gi[m]
+        wm = ab[m]
+        s_ = sc[m]
+        xr = sr[m]
+        xi = si[m]
+        acc = sums[m + 1]
+        for k in range(nblk):
+            for c in range(C):
+                acc[k, c] = 0.0
+            for n in range(k * hop, min((k + 1) * hop, Tb)):
+                un = w[n]
+                for c in range(C):
+                    nr = a_r[c] * xr[c] - a_i[c] * xi[c] + un[c]
+                    ni = a_r[c] * xi[c] + a_i[c] * xr[c]
+                    xr[c] = nr
+                    xi[c] = ni
+                    yr = c_r[c] * nr - c_i[c] * ni
+                    yi = c_r[c] * ni + c_i[c] * nr
+                    mag = math.sqrt(yr * yr + yi * yi)
+                    v = s_[c] * (wm[c] * mag + (1.0 - wm[c]) * yr)
+                    acc[k, c] += v * v if square else v
+
+
+@njit(parallel=True, **_TM)
+def _modbank_pooled_tm_batch(
+    u, pre, zpre, lp, zlp, pr, pi, gr, gi, ab, sc, sc0, sr, si, hop, ends, square, sums
+):  # pragma: no cover - compiled
+    for b in prange(u.shape[0]):
+        _modbank_pooled_tm(
+            u[b], pre, zpre[b], lp, zlp[b], pr, pi, gr, gi, ab, sc, sc0, sr[b], si[b],
+            hop, ends[b], square, sums[b],
+        )
+
+
+def modulation_bank_pooled(
+    u: np.ndarray,
+    lp_sos: torch.Tensor,
+    prefilter_sos: torch.Tensor | None,
+    pole: torch.Tensor,
+    gain: torch.Tensor,
+    use_abs: torch.Tensor,
+    scale: torch.Tensor,
+    state: dict | None,
+    hop: int,
+    ends: list[int],
+    square: bool,
+) -> tuple[torch.Tensor, dict]:
+    """Modulation filterbank (``efilt``) on the time-major adaptation output
+    ``u (B, T, C)``, summed over blocks of ``hop`` samples (samples at or after
+    ``ends[b]`` are not used: that item is finished).
+
+    Same recursion as :func:`lhotse_amt.functional.modulation.modulation_filterbank`
+    (float64 arithmetic). ``pole``/``gain``/``use_abs`` are the band-pass bands
+    ``(C, M)``; ``scale`` covers all bands ``(C, M + 1)``. Returns block sums
+    ``(B, C, M + 1, ceil(T / hop))`` (of squares if ``square``) and the new state in the
+    layout of the unfused function.
+    """
+    _threads()
+    u = np.ascontiguousarray(u, dtype=np.float64)
+    B, T, C = u.shape
+    M = pole.shape[-1]
+    state = state or {}
+    pre = np.zeros((0, 6)) if prefilter_sos is None else _np(prefilter_sos).astype(np.float64)
+    lp = _np(lp_sos).astype(np.float64)
+
+    def _sos_state(key: str, S: int) -> np.ndarray:
+        if key in state:  # (B, C, S, 2) -> (B, S, 2, C)
+            return np.ascontiguousarray(_np(state[key]).astype(np.float64).transpose(0, 2, 3, 1))
+        return np.zeros((B, S, 2, C))
+
+    zpre = _sos_state("pre", pre.shape[0])
+    zlp = _sos_state("lp", lp.shape[0])
+    if "bp" in state:
+        sn = _np(state["bp"]).reshape(B, C, M).astype(np.complex128).transpose(0, 2, 1)
+        sr, si = np.ascontiguousarray(sn.real), np.ascontiguousarray(sn.imag)
+    else:
+        sr, si = np.zeros((B, M, C)), np.zeros((B, M, C))
+    p = _np(pole).astype(np.complex128).T
+    g = _np(gain).astype(np.complex128).T
+    sc = _np(scale).astype(np.float64).T  # (M + 1, C)
+    nblk = -(-T // hop)
+    sums = np.zeros((B, M + 1, nblk, C))
+    _modbank_pooled_tm_batch(
+        u, pre, zpre, lp, zlp,
+        np.ascontiguousarray(p.real), np.ascontiguousarray(p.imag),
+        np.ascontiguousarray(g.real), np.ascontiguousarray(g.imag),
+        np.ascontiguousarray(_np(use_abs).T.astype(np.float64)),
+        np.ascontiguousarray(sc[1:]), np.ascontiguousarray(sc[0]),
+        sr, si, int(hop), np.asarray(ends, dtype=np.int64), bool(square), sums,
+    )
+    new = {
+        "lp": torch.from_numpy(zlp).permute(0, 3, 1, 2),
+        "bp": torch.complex(torch.from_numpy(sr), torch.from_numpy(si)).transpose(1, 2)[..., None],
+    }
+    if prefilter_sos is not None:
+        new["pre"] = torch.from_numpy(zpre).permute(0, 3, 1, 2)
+    return torch.from_numpy(sums).permute(0, 3, 1, 2), new

@@ -3,9 +3,12 @@ inner hair cell (IHC) and a fused DRNL -> IHC -> adaptation-loop pass.
 
 Numba (CPU): ``@njit(cache=True)``, one batch row per ``prange`` iteration, time in the
 outer loop and the auditory channels in the inner loop (the channels are independent
-recursions, so the inner loop keeps many of them in flight at once). Every kernel runs
-in the dtype of its input (float32 or float64) and evaluates exactly the recursion of its
-plain-torch reference:
+recursions, so the inner loop keeps many of them in flight at once). The DRNL and fused
+kernels always compute in float64 (outputs are cast back to the input dtype, states are
+float64): float32 rounding noise in the low-frequency DRNL sections would otherwise make
+the output depend on the last bits of the input (~1e-3 relative after the adaptation
+loops). The IHC kernel runs in its input's dtype (float32 or float64). Each evaluates
+exactly the recursion of its plain-torch reference:
 
 * :func:`drnl` - :func:`lhotse_amt.functional.drnl.drnl`;
 * :func:`ihc` - :func:`lhotse_amt.functional.ihc_paulick.ihc_paulick_reference`;
@@ -56,9 +59,7 @@ def _state_cm(z: torch.Tensor | None, N: int, C: int, S: int, dt: np.dtype) -> n
 
 def _state_back(z: np.ndarray, lead: tuple[int, ...]) -> torch.Tensor:
     N, _, S, C = z.shape
-    return torch.from_numpy(np.ascontiguousarray(z.transpose(0, 3, 2, 1))).reshape(
-        *lead, C, S, 2
-    )
+    return torch.from_numpy(np.ascontiguousarray(z.transpose(0, 3, 2, 1))).reshape(*lead, C, S, 2)
 
 
 # --------------------------------------------------------------------------------------
@@ -284,9 +285,10 @@ def _fir_kernel(buf, w, start, stride, y):  # pragma: no cover - compiled
 def _drnl_args(x, g, lin_sos, nl1_sos, nl2_sos, a, b, state):
     lead = tuple(x.shape[:-1])
     T = x.shape[-1]
-    xn = _np(x.reshape(-1, T))
-    if xn.dtype not in (np.float32, np.float64):
-        xn = xn.astype(np.float32)
+    # the recursions always run in float64 (float32 rounding noise of the low-frequency
+    # sections would make the output depend on the last bits of the input); outputs are
+    # cast back to the input dtype, states stay float64
+    xn = _np(x.reshape(-1, T), np.float64)
     dt = xn.dtype
     N = xn.shape[0]
     C = g.shape[0]
@@ -327,8 +329,8 @@ def drnl(
     y = np.empty((N, C, T), xn.dtype)
     if T > 0:
         _drnl_kernel(xn, *args, xn.dtype.type(c), *zs, y)
-    new = {k: _state_back(z, lead) for k, z in zip(("lin", "nl1", "nl2"), zs)}
-    return torch.from_numpy(y).reshape(*lead, C, T).to(x.device), new
+    new = {k: _state_back(z, lead).to(x.device) for k, z in zip(("lin", "nl1", "nl2"), zs)}
+    return torch.from_numpy(y).reshape(*lead, C, T).to(device=x.device, dtype=x.dtype), new
 
 
 def fir(buf: torch.Tensor, w: torch.Tensor, start: int, stride: int, n_out: int) -> torch.Tensor:
@@ -430,7 +432,7 @@ def frontend(
     new_drnl = {k: _state_back(z, lead).to(dev) for k, z in zip(("lin", "nl1", "nl2"), zs)}
     s_out = torch.from_numpy(np.ascontiguousarray(s.transpose(0, 2, 1))).reshape(*lead, C, J)
     return (
-        torch.from_numpy(y).reshape(*lead, C, T).to(dev),
+        torch.from_numpy(y).reshape(*lead, C, T).to(device=dev, dtype=x.dtype),
         new_drnl,
         torch.from_numpy(w).reshape(*lead, C).to(dev),
         s_out.to(dev),

@@ -66,6 +66,12 @@ class Glasberg2002(nn.Module):
             e.g. 0.05/0.2 s gives the parameterisation of some other ports, which is *not* the
             2002 model), plus ``{"diotic": True}`` (False: monaural values, half).
         chunk_frames: frames processed together in the excitation stage.
+        backend: ``"auto"`` (default): the compiled CPU path
+            (:class:`lhotse_amt.functional.loudness.FastExcitation`, numba) when the input is on
+            the CPU and no gradient is needed (lower-slope levels ``"component"`` and
+            ``"cambridge"``), the differentiable torch reference otherwise; ``"torch"``: always
+            the reference; ``"fast"``: always the compiled path. Same results up to float
+            rounding.
 
     Input: sound pressure in **pascals**, ``(T,)`` or ``(B, T)`` (one signal, presented to both
     ears).
@@ -87,6 +93,7 @@ class Glasberg2002(nn.Module):
         specific_loudness_kwargs: dict[str, Any] | None = None,
         loudness_integration_kwargs: dict[str, Any] | None = None,
         chunk_frames: int = 16,
+        backend: str = "auto",
     ) -> None:
         super().__init__()
         if preset not in GLASBERG2002_PRESETS:
@@ -100,6 +107,10 @@ class Glasberg2002(nn.Module):
         self.dtype = dtype
         self.preset = preset
         self.chunk_frames = int(chunk_frames)
+        if backend not in ("auto", "torch", "fast"):
+            raise ValueError("backend must be 'auto', 'torch' or 'fast'")
+        self.backend = backend
+        self._fast: L.FastExcitation | None = None
 
         mfk = dict(multi_fft_kwargs or {})
         self.floor = float(mfk.pop("floor", 1e-4))
@@ -199,6 +210,18 @@ class Glasberg2002(nn.Module):
             raise ValueError(f"Glasberg2002 input too short: {x.shape[-1]} samples at 32 kHz")
         return x, squeeze
 
+    def _use_fast(self, x: Tensor) -> bool:
+        if self.backend == "torch" or self.lower_slope_level == "channel":
+            if self.backend == "fast":
+                raise RuntimeError(
+                    "backend='fast' is not available for lower_slope_level='channel'"
+                )
+            return False
+        ok = L.fast_path_ok(x, self)
+        if self.backend == "fast" and not ok:
+            raise RuntimeError("backend='fast' needs CPU input and no gradient")
+        return ok
+
     def compute(self, x: Tensor) -> dict[str, Tensor]:
         """Run the model and return every stage.
 
@@ -217,10 +240,30 @@ class Glasberg2002(nn.Module):
         bases = [
             (ln, b, getattr(self, f"dft_basis_{i}")) for i, (ln, b, _) in enumerate(self._bases)
         ]
-        inten = L.multires_intensity(z, -half, self.first_frame, f_total, bases)
         params = {"g": self.sl_g, "a": self.sl_a, "alpha": self.sl_alpha, "e_thrq": self.sl_e_thrq}
         spec, exc, lev = [], [], []
-        for f0 in range(0, f_total, self.chunk_frames):
+        if self._use_fast(x):
+            if self._fast is None:
+                variant = {"component": "component", "cambridge": "moore2016"}
+                self._fast = L.FastExcitation(
+                    self.erb_fc_hz, variant[self.lower_slope_level], "gm2002", self.dtype
+                )
+            inten, acf = L.multires_intensity(
+                z, -half, self.first_frame, f_total, bases, return_autocorr=self._fast.window
+            )
+            keep = inten > self.floor
+            anyk = keep.any(-1, keepdim=True)
+            e = self._fast(inten, keep, acf)
+            e = torch.where(anyk, e.clamp_min(1e-10), torch.zeros_like(e))
+            nsp = L.specific_loudness(e, params, self.c, self.high_level)
+            spec.append(torch.where(anyk, nsp, torch.zeros_like(nsp)))
+            exc.append(e)
+            lev.append(torch.where(anyk, 10.0 * torch.log10(e), torch.full_like(e, -300.0)))
+            f_chunks = range(0)
+        else:
+            inten = L.multires_intensity(z, -half, self.first_frame, f_total, bases)
+            f_chunks = range(0, f_total, self.chunk_frames)
+        for f0 in f_chunks:
             f1 = min(f0 + self.chunk_frames, f_total)
             ic = inten[..., f0:f1, :]
             ic = torch.where(ic > self.floor, ic, torch.zeros_like(ic))

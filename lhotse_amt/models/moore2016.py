@@ -65,6 +65,11 @@ class Moore2016(nn.Module):
         binaural_loudness_kwargs: ``{"sigma": 0.08, "p": 1.5978}``.
         ltl_agc_kwargs: LTL AGC ``{"attack_alpha", "release_alpha"}`` per frame.
         chunk_frames: frames processed together in the excitation stage (memory/speed).
+        backend: ``"auto"`` (default): the compiled CPU path
+            (:class:`lhotse_amt.functional.loudness.FastExcitation`, numba) when the input is on
+            the CPU and no gradient is needed, the differentiable torch reference otherwise;
+            ``"torch"``: always the reference; ``"fast"``: always the compiled path (CPU, no
+            gradient). Both give the same result up to float rounding.
 
     Input:
         sound pressure in **pascals**, channels first: ``(2, T)`` or ``(B, 2, T)`` with channel 0
@@ -95,6 +100,7 @@ class Moore2016(nn.Module):
         binaural_loudness_kwargs: dict[str, Any] | None = None,
         ltl_agc_kwargs: dict[str, Any] | None = None,
         chunk_frames: int = 16,
+        backend: str = "auto",
     ) -> None:
         super().__init__()
         if preset not in MOORE2016_PRESETS:
@@ -108,6 +114,10 @@ class Moore2016(nn.Module):
         self.dtype = dtype
         self.preset = preset
         self.chunk_frames = int(chunk_frames)
+        if backend not in ("auto", "torch", "fast"):
+            raise ValueError("backend must be 'auto', 'torch' or 'fast'")
+        self.backend = backend
+        self._fast: L.FastExcitation | None = None
 
         ome = dict(outer_middle_ear_kwargs or {})
         taps = np.asarray(ome.pop("taps", L.loudness_tables()["ff_32000"]), dtype=np.float64)
@@ -222,6 +232,14 @@ class Moore2016(nn.Module):
             raise ValueError(f"Moore2016 input too short: {x.shape[-1]} samples at 32 kHz (< 32)")
         return x, squeeze
 
+    def _use_fast(self, x: Tensor) -> bool:
+        if self.backend == "torch":
+            return False
+        ok = L.fast_path_ok(x, self)
+        if self.backend == "fast" and not ok:
+            raise RuntimeError("backend='fast' needs CPU input and no gradient")
+        return ok
+
     def _params(self) -> dict[str, Tensor]:
         return {"g": self.sl_g, "a": self.sl_a, "alpha": self.sl_alpha, "e_thrq": self.sl_e_thrq}
 
@@ -234,9 +252,20 @@ class Moore2016(nn.Module):
         bases = [
             (ln, b, getattr(self, f"dft_basis_{i}")) for i, (ln, b, _) in enumerate(self._bases)
         ]
+        params = self._params()
+        if self._use_fast(x):
+            if self._fast is None:
+                self._fast = L.FastExcitation(self.erb_fc_hz, "moore2016", "moore2016", self.dtype)
+            inten, acf = L.multires_intensity(
+                z, -half, 0, f_total, bases, return_autocorr=self._fast.window
+            )
+            keep = L.prune_components(inten) if self.prune else inten > 0
+            e = self._fast(inten, keep, acf).clamp_min(1e-10)
+            nsp = L.specific_loudness(e, params, self.c, "moore2016")
+            nsp = nsp * self.channel_mask * keep.any(-1, keepdim=True).to(nsp.dtype)
+            return nsp, e
         inten = L.multires_intensity(z, -half, 0, f_total, bases)
         keep = L.prune_components(inten) if self.prune else inten > 0
-        params = self._params()
         spec, exc = [], []
         for f0 in range(0, f_total, self.chunk_frames):
             f1 = min(f0 + self.chunk_frames, f_total)
@@ -267,6 +296,12 @@ class Moore2016(nn.Module):
             spec.append(nsp)
             exc.append(e)
         return torch.cat(spec, dim=-2), torch.cat(exc, dim=-2)
+
+    def instantaneous_specific_loudness(self, x: Tensor) -> Tensor:
+        """Instantaneous specific loudness ``(B, 2, F, C)`` (sone/Cam) of ``(B, 2, T)`` pressure
+        (Pa), frame ``j`` centred on sample ``32 j`` (no AGC, no inhibition)."""
+        x, _ = self._prepare(x)
+        return self._instantaneous(x)[0]
 
     def compute(self, x: Tensor) -> dict[str, Tensor]:
         """Run the model and return every stage.

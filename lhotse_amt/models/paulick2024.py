@@ -18,7 +18,8 @@ cell -> adaptation loops -> decimation to ``fs / 4`` -> modulation filterbank.
 * **Adaptation loops** (preset ``"paulick2024"``: 5/50/129/253/500 ms, limit 5, minimum
   level 1e-5, i.e. 0.01 mV of depolarisation), output in model units.
 * **Decimation** by ``resample_factor`` (4): a linear-phase Kaiser-window FIR low-pass
-  (``24 R + 1`` taps, cut-off 0.45 ``fs / R``, beta 8; 80 dB stop band, group delay
+  (``24 R + 1`` taps, beta 8, cut-off ``0.39 fs / R``: flat to 3 kHz, -2.3 dB at 4 kHz and
+  at least 80 dB attenuation from ``fs / (2 R)`` up for ``fs`` = 44.1 kHz; group delay
   ``12 R`` input samples) evaluated only at the kept samples ``n = R m``; causal and
   streaming, so chunked processing equals one-shot processing.
 * **Modulation filterbank** (preset ``"paulick2024"``: 150-Hz pre-filter, 2.5-Hz low-pass,
@@ -34,7 +35,7 @@ reference data: the DRNL gammatones are the order-2 (Jepsen) / order-3 (Lopez-Po
 Meddis) pole-zero gammatones and the compression is the broken stick with exponent 0.25
 (not "4th-order gammatones, exponent 0.2"); the IHC stage is the physiological circuit
 (not "rectify -> compress -> 1500-Hz low-pass"); the resting potential of that circuit is
--61.64 mV (the documented -57.03 mV is only the start of the pre-charge, see
+-61.66 mV (the documented -57.03 mV is only the start of the pre-charge, see
 :mod:`lhotse_amt.functional.ihc_paulick`); the decimator is a FIR low-pass instead of a
 sinc interpolator; the decision back end (ROI, template correlation, ...) is not part of
 this model.
@@ -154,7 +155,8 @@ class FIRDecimator(nn.Module):
     """Anti-aliased decimation by ``factor`` along the last axis, causal and streaming.
 
     Output sample ``m`` is ``sum_k h[k] x[R m - k]`` (``R = factor``), ``h`` a Kaiser-window
-    low-pass (``taps_per_phase R + 1`` taps, cut-off ``cutoff fs / (2 R)``). The state holds
+    low-pass (``taps_per_phase R + 1`` taps, cut-off ``cutoff fs / (2 R)``, Kaiser ``beta``;
+    the defaults give >= 80 dB attenuation above ``fs / (2 R)``). The state holds
     the last ``K - 1`` input samples and the count of samples seen, so chunks of any length
     give the one-shot result.
     """
@@ -164,7 +166,7 @@ class FIRDecimator(nn.Module):
         fs: float,
         factor: int = 4,
         taps_per_phase: int = 24,
-        cutoff: float = 0.9,
+        cutoff: float = 0.78,
         beta: float = 8.0,
         dtype: torch.dtype = torch.float32,
     ) -> None:
@@ -341,23 +343,18 @@ class Paulick2024(StreamingModel):
         out["outerear"] = y
         if last < 1:
             return out, new
-        fused = (
-            last >= names.index("adaptation") and not self.return_stages and self._fused_ok(y)
-        )
+        fused = last >= names.index("adaptation") and not self.return_stages and self._fused_ok(y)
         if fused:
             from ..kernels import paulick
 
             B, C = y.shape[0], self.num_channels
             a, m, s0, minlvl, c0 = self._adapt_constants(y.dtype)
             J = a.shape[-1]
-            ihc_c = {
-                k: float(v)
-                for k, v in self._ihc_step_constants(y.dtype).items()
-            }
+            ihc_c = {k: float(v) for k, v in self._ihc_step_constants(torch.float64).items()}
             ist = state.get("ihc")
-            ist = y.new_zeros(B, C) if ist is None else ist
+            ist = y.new_zeros(B, C, dtype=torch.float64) if ist is None else ist
             ast = state.get("adaptation")
-            ast = s0.to(y.dtype).expand(B, C, J) if ast is None else ast
+            ast = s0.expand(B, C, J) if ast is None else ast
             d = self.drnl
             ya, new["drnl"], new["ihc"], new["adaptation"] = paulick.frontend(
                 y,
@@ -391,9 +388,14 @@ class Paulick2024(StreamingModel):
             y, new["resampled"] = self.resampler(y, state.get("resampled"), return_state=True)
             out["resampled"] = y
         if last >= names.index("modulation"):
-            y, new["modulation"] = self.modulation.forward_padded(
-                y, state.get("modulation"), return_state=True
-            )
+            if y.shape[-1] == 0:  # a chunk too short to reach the next decimated sample
+                M = self.modulation.max_bands
+                y = y.new_zeros(*y.shape[:-1], M, 0)
+                new["modulation"] = state.get("modulation")
+            else:
+                y, new["modulation"] = self.modulation.forward_padded(
+                    y, state.get("modulation"), return_state=True
+                )
             out["modulation"] = y
         return out, new
 

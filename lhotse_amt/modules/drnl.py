@@ -31,7 +31,8 @@ class DRNLFilterbank(nn.Module):
             entries, e.g. ``{"compresslimit": None}``.
         learnable: gains, compression parameters and all second-order sections become
             parameters (gradients run through the plain-torch path).
-        dtype: coefficient dtype.
+        dtype: dtype of learnable coefficients (fixed coefficients are float64; the output
+            has the input's dtype).
 
     Input: stapes signal ``(..., T)`` (middle-ear output on the AMT level scale). Output:
     basilar-membrane velocity ``(..., C, T)``. ``forward(x, state, return_state=True)``
@@ -90,8 +91,11 @@ class DRNLFilterbank(nn.Module):
             "b": d.b,
             "c": np.asarray(d.c),
         }
+        # fixed coefficients stay float64 (float32 rounding moves the low-frequency poles by
+        # ~1e-5 relative to the AMT design); learnable ones take ``dtype``
+        cdt = dtype if learnable else torch.float64
         for k, v in vals.items():
-            t = torch.as_tensor(v, dtype=dtype)
+            t = torch.as_tensor(v, dtype=cdt)
             if learnable:
                 setattr(self, k, nn.Parameter(t))
             else:

@@ -1,0 +1,397 @@
+"""Lhotse extractors of the loudness model family: ``amt-glasberg2002`` and ``amt-moore2016``.
+
+**Features.** One row per Lhotse frame: the specific-loudness pattern (sone/Cam) on the
+models' ERB-number grid, ``C = 149`` channels (1.8 … 38.8 Cam) for Glasberg2002 (one ear,
+the signal presented diotically) and ``2 × 150`` channels (1.75 … 39 Cam) laid out
+``[left | right]`` for Moore2016; optionally followed by the short-term (``include_stl``) and
+long-term (``include_ltl``) loudness in sone (binaural/diotic values, i.e. the models' own
+outputs). ``specific="instantaneous"`` (default) gives the instantaneous specific loudness,
+``"short_term"`` the specific loudness after the short-term AGC (per channel; Moore2016: before
+binaural inhibition). :meth:`feature_names` names every column (``fc=1000.0Hz``,
+``left/fc=1000.0Hz``, ``stl``, ``ltl``).
+
+**Frames (pooling).** The models produce one frame per millisecond, model frame ``i`` centred on
+input time ``i / 1000`` s (sample ``32 i`` at 32 kHz), ``i = 0 … floor(T32 / 32)`` (``T32``: the
+number of samples at 32 kHz). Lhotse frame ``j`` is the **mean of the model frames whose centre
+lies in** ``[j * frame_shift, (j + 1) * frame_shift)``, i.e. of the ``i`` with
+``floor(i * sampling_rate / (1000 * hop)) == j`` (``hop = frame_shift * sampling_rate``); the
+last frame takes only the model frames that exist. The number of rows is exactly
+``lhotse.utils.compute_num_frames_from_samples(T, frame_shift, sampling_rate)``; every row has at
+least one model frame when ``frame_shift >= 1 ms``. For Glasberg2002 the AGCs start, as in the
+model, 64 frames before the signal (``j = -64``); those leading frames are not pooled.
+
+**Level.** The models take pascals. ``full_scale_db_spl`` is the level (dB SPL) of a digital
+signal with rms 1 (default 100, as the other ``amt-*`` extractors): ``x_Pa = x * 20e-6 *
+10^(full_scale_db_spl / 20)``, i.e. 2 Pa per unit at the default. (The AMT ``moore2016`` code
+instead assumes 100 dB SPL for a full-scale *sinusoid*, rms 1/sqrt(2): pass
+``full_scale_db_spl=103.01`` for that convention.) ``target_level_db_spl`` normalises every cut
+to that rms level instead.
+
+**Sampling rate.** The models run at 32 kHz; the configs default to ``sampling_rate=32000``.
+Audio at another rate is rejected unless ``sampling_rate`` is set to it, in which case each
+signal is resampled to 32 kHz (:func:`scipy.signal.resample_poly`) before the model; the frame
+definition above is in seconds, so it is unchanged.
+
+**Chunking.** Long signals are processed in blocks of about ``chunk_duration`` seconds aligned to
+Lhotse frames. A model frame depends on the input within ±3072 samples (at 32 kHz) of its centre
+(4097-tap zero-phase ear filter, 64-ms window), so each block is computed from its samples plus
+3072 samples of context on each side (zeros outside the signal, as in one-shot processing); the
+AGC states (short-term per channel, long-term) are carried from block to block. Memory is
+bounded by the block, and the result equals one-shot processing up to float rounding.
+
+**Channels.** Glasberg2002 is mono (the usual ``channel``/``downmix`` policy). Moore2016 needs
+exactly two channels (left, right); with ``diotic=True`` it also accepts mono audio and presents
+it to both ears.
+
+**Padding and mixing.** Silence is 0 sone, so pad stored features with ``0.0``. The
+feature-domain mixing hooks are an approximation (the models are nonlinear): each value is
+mapped to an intensity-like quantity ``v^(1/0.2)`` (specific loudness grows roughly as the
+excitation to the power 0.2 at moderate levels), values are added with Lhotse's energy factor,
+and the power 0.2 is re-applied. Values <= 0, including Lhotse's padding sentinels (-1000,
+-23.03), count as silence. Extracting from the mixed audio is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from lhotse.features.base import register_extractor
+from torch import Tensor
+
+from ..functional import loudness as L
+from ..kernels.agc import agc_numba_state
+from ..models.glasberg2002 import Glasberg2002
+from ..models.moore2016 import Moore2016
+from .base import AuditoryConfig, AuditoryExtractor, config_from_dict
+
+__all__ = [
+    "Glasberg2002Config",
+    "Glasberg2002Extractor",
+    "Moore2016Config",
+    "Moore2016Extractor",
+]
+
+#: pascals per digital unit at ``full_scale_db_spl = 100`` (rms 1 = 100 dB SPL)
+_PA_PER_UNIT = L.P0 * 10.0 ** (100.0 / 20.0)
+#: input context (samples at 32 kHz) on each side of a model frame centre
+_CONTEXT = 3072
+_CTX_FRAMES = _CONTEXT // L.HOP
+_MIX_EXPONENT = 0.2
+
+
+class _LoudnessMixing:
+    """Feature-domain mixing hooks (see the module docstring)."""
+
+    @staticmethod
+    def _to_energy(features: np.ndarray) -> np.ndarray:
+        v = np.maximum(np.asarray(features, dtype=np.float64), 0.0)
+        return v ** (1.0 / _MIX_EXPONENT)
+
+    @staticmethod
+    def _from_energy(energy: np.ndarray) -> np.ndarray:
+        return (np.maximum(energy, 0.0) ** _MIX_EXPONENT).astype(np.float32)
+
+    @staticmethod
+    def compute_energy(features: np.ndarray) -> float:
+        # Lhotse needs a positive value; silence gets a tiny floor
+        return float(np.mean(_LoudnessMixing._to_energy(features))) + 1e-20
+
+    @staticmethod
+    def mix(
+        features_a: np.ndarray, features_b: np.ndarray, energy_scaling_factor_b: float
+    ) -> np.ndarray:
+        ea = _LoudnessMixing._to_energy(features_a)
+        eb = _LoudnessMixing._to_energy(features_b)
+        return _LoudnessMixing._from_energy(ea + energy_scaling_factor_b * eb)
+
+    @staticmethod
+    def scale(features: np.ndarray, energy_scaling_factor: float) -> np.ndarray:
+        e = _LoudnessMixing._to_energy(features)
+        return _LoudnessMixing._from_energy(energy_scaling_factor * e)
+
+
+@dataclass
+class _LoudnessConfig(AuditoryConfig):
+    sampling_rate: int = 32000
+    frame_shift: float = 0.01
+    specific: str = "instantaneous"
+    include_stl: bool = False
+    include_ltl: bool = False
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        return config_from_dict(cls, data)
+
+
+@dataclass
+class Glasberg2002Config(_LoudnessConfig):
+    """Config of ``amt-glasberg2002`` (see the module docstring for every field's meaning).
+
+    Attributes (besides :class:`AuditoryConfig`'s): ``specific`` (``"instantaneous"`` or
+    ``"short_term"``), ``include_stl``, ``include_ltl`` (extra columns, sone, diotic).
+    """
+
+
+@dataclass
+class Moore2016Config(_LoudnessConfig):
+    """Config of ``amt-moore2016``.
+
+    Attributes (besides :class:`AuditoryConfig`'s): ``specific``, ``include_stl``,
+    ``include_ltl`` as for Glasberg2002 (binaural STL/LTL); ``diotic``: accept mono audio and
+    present it to both ears (default False: exactly two channels required); ``preset``:
+    ``"amt-1.4"`` (default) or ``"moore2016-original"`` (see ``MOORE2016_PRESETS``).
+    """
+
+    diotic: bool = False
+    preset: str = "amt-1.4"
+
+
+class _LoudnessExtractor(_LoudnessMixing, AuditoryExtractor):
+    """Shared framing, chunking, calibration and AGC streaming of the loudness extractors."""
+
+    padding_value: ClassVar[float] = 0.0
+    model_dboffset: ClassVar[float] = 100.0
+    n_ears: ClassVar[int] = 1
+
+    def _check_config(self) -> None:
+        super()._check_config()
+        c = self.config
+        if c.specific not in ("instantaneous", "short_term"):
+            raise ValueError(
+                f"specific must be 'instantaneous' or 'short_term', got {c.specific!r}"
+            )
+        if c.frame_shift < 1e-3 - 1e-12:
+            raise ValueError("frame_shift must be at least 0.001 s (the models' 1-ms frames)")
+
+    # ------------------------------------------------------------------ layout
+    def _channel_fc(self) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _extra_names(self) -> list[str]:
+        c = self.config
+        return (["stl"] if c.include_stl else []) + (["ltl"] if c.include_ltl else [])
+
+    def feature_dim(self, sampling_rate: int) -> int:
+        del sampling_rate
+        return self.n_ears * len(self._channel_fc()) + len(self._extra_names())
+
+    # ------------------------------------------------------------------ model frames
+    def _model_frames(self, model: torch.nn.Module, seg: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Per-frame specific loudness ``(F, E, C)`` and instantaneous loudness ``(F,)`` (or
+        None) of the segment's model frames ``j = 0 … floor(len / 32)``."""
+        raise NotImplementedError  # pragma: no cover
+
+    def _first_frame(self, model: torch.nn.Module) -> int:
+        return 0
+
+    def _stream(self, spec: np.ndarray, inst: np.ndarray | None, state: dict) -> np.ndarray:
+        """Feature rows ``(F, D)`` for consecutive model frames, carrying AGC states."""
+        raise NotImplementedError  # pragma: no cover
+
+    # ------------------------------------------------------------------ computation
+    def _to_32k(self, x: Tensor) -> Tensor:
+        sr = self.config.sampling_rate
+        if sr == L.FS:
+            return x
+        return L.resample_to_32k(x, sr)
+
+    def _compute(self, x: Tensor, lengths: list[int]) -> list[Tensor]:
+        return [self._compute_one(x[b, :, :n], n) for b, n in enumerate(lengths)]
+
+    def _compute_one(self, x: Tensor, n: int) -> Tensor:
+        model = self.model(x.device)
+        c = self.config
+        sr = int(c.sampling_rate)
+        hop = self.hop
+        x32 = self._to_32k(x * _PA_PER_UNIT).to(model.dtype)
+        t32 = x32.shape[-1]
+        last = t32 // L.HOP  # last model frame (centre <= end of signal)
+        n_out = self._num_frames(n)
+        den = 1000 * hop  # model frame i -> Lhotse frame (i * sr) // den
+        per_block = max(1, int(round(c.chunk_duration / c.frame_shift)))
+        j_first = self._first_frame(model)
+        state: dict = {}
+        rows = []
+        for a in range(0, n_out, per_block):
+            b = min(a + per_block, n_out)
+            i_a = -(-a * den // sr)  # first model frame of Lhotse frame a
+            i_b = min(-(-b * den // sr), last + 1)
+            lo = j_first if a == 0 else i_a
+            if i_b <= lo:
+                raise AssertionError("empty block")  # pragma: no cover - frame_shift >= 1 ms
+            s0 = L.HOP * lo - _CONTEXT
+            s1 = L.HOP * (i_b - 1) + _CONTEXT
+            seg = x32.new_zeros(x32.shape[0], s1 - s0)
+            c0, c1 = max(s0, 0), min(s1, t32)
+            if c1 > c0:
+                seg[:, c0 - s0 : c1 - s0] = x32[:, c0:c1]
+            spec, inst = self._model_frames(model, seg)
+            # segment frame j' = global frame - lo + _CTX_FRAMES
+            sel = slice(_CTX_FRAMES, _CTX_FRAMES + (i_b - lo))
+            spec_np = spec[sel].detach().cpu().double().numpy()
+            inst_np = None if inst is None else inst[sel].detach().cpu().double().numpy()
+            feats = self._stream(spec_np, inst_np, state)
+            keep = np.arange(lo, i_b) >= 0
+            feats, idx = feats[keep], np.arange(lo, i_b)[keep]
+            grp = (idx * sr) // den - a
+            sums = np.zeros((b - a, feats.shape[1]))
+            np.add.at(sums, grp, feats)
+            counts = np.bincount(grp, minlength=b - a)
+            rows.append(sums / counts[:, None])
+        out = np.concatenate(rows, 0)
+        assert out.shape[0] == n_out
+        return torch.from_numpy(out.astype(np.float32))
+
+
+@register_extractor
+class Glasberg2002Extractor(_LoudnessExtractor):
+    """``amt-glasberg2002``: specific loudness of the Glasberg & Moore (2002) model.
+
+    149 columns ``fc=…Hz`` (one-ear specific loudness, sone/Cam; the model presents the signal
+    diotically) plus optional ``stl``/``ltl`` (diotic, sone). See the module docstring.
+    """
+
+    name = "amt-glasberg2002"
+    config_type = Glasberg2002Config
+    input_channels = 1
+
+    def __init__(self, config: Glasberg2002Config | None = None) -> None:
+        super().__init__(config or Glasberg2002Config())
+
+    def _build_model(self) -> torch.nn.Module:
+        return Glasberg2002(fs=L.FS, dtype=self.torch_dtype)
+
+    def _channel_fc(self) -> np.ndarray:
+        cams = np.round(np.arange(1.8, 38.8 + 0.125, 0.25), 10)
+        return L.cam_to_hz(cams)
+
+    def feature_names(self) -> list[str]:
+        return [f"fc={f:.1f}Hz" for f in self._channel_fc()] + self._extra_names()
+
+    def _first_frame(self, model: torch.nn.Module) -> int:
+        return model.first_frame
+
+    def _model_frames(self, model: torch.nn.Module, seg: Tensor) -> tuple[Tensor, Tensor]:
+        st = model.compute(seg)  # (1, T) -> frames j = -64 … of the segment
+        off = -model.first_frame
+        return st["specific_loudness"][0, off:, None, :], st["inst"][0, off:]
+
+    def _stream(self, spec: np.ndarray, inst: np.ndarray | None, state: dict) -> np.ndarray:
+        m = self.model()
+        c = self.config
+        s = spec[:, 0, :]
+        if c.specific == "short_term":
+            st = state.setdefault("spec", np.zeros(s.shape[1]))
+            s = agc_numba_state(s.T, m.stl_attack, m.stl_release, st).T
+        cols = [s]
+        if c.include_stl or c.include_ltl:
+            st1 = state.setdefault("stl", np.zeros(1))
+            stl = agc_numba_state(inst[None], m.stl_attack, m.stl_release, st1)
+            if c.include_stl:
+                cols.append(stl.T)
+            if c.include_ltl:
+                st2 = state.setdefault("ltl", np.zeros(1))
+                cols.append(agc_numba_state(stl, m.ltl_attack, m.ltl_release, st2).T)
+        return np.concatenate(cols, 1)
+
+    @classmethod
+    def test_config(cls) -> Glasberg2002Config:
+        """The default config (fast enough for the contract tests)."""
+        return Glasberg2002Config()
+
+
+@register_extractor
+class Moore2016Extractor(_LoudnessExtractor):
+    """``amt-moore2016``: binaural specific loudness of Moore et al. (2016).
+
+    300 columns ``left/fc=…Hz`` then ``right/fc=…Hz`` (sone/Cam) plus optional ``stl``/``ltl``
+    (binaural, sone). Needs stereo input (left, right) unless ``diotic=True``. See the module
+    docstring.
+    """
+
+    name = "amt-moore2016"
+    config_type = Moore2016Config
+    input_channels = 2
+    n_ears = 2
+
+    def __init__(self, config: Moore2016Config | None = None) -> None:
+        super().__init__(config or Moore2016Config())
+
+    def _check_config(self) -> None:
+        super()._check_config()
+        from ..models.moore2016 import MOORE2016_PRESETS
+
+        if self.config.preset not in MOORE2016_PRESETS:
+            raise ValueError(
+                f"unknown preset {self.config.preset!r}; choose from {list(MOORE2016_PRESETS)}"
+            )
+
+    def _build_model(self) -> torch.nn.Module:
+        return Moore2016(fs=L.FS, dtype=self.torch_dtype, preset=self.config.preset)
+
+    def _channel_fc(self) -> np.ndarray:
+        return L.cam_to_hz(np.arange(1.75, 39.0 + 0.125, 0.25))
+
+    def feature_names(self) -> list[str]:
+        fc = self._channel_fc()
+        return (
+            [f"left/fc={f:.1f}Hz" for f in fc]
+            + [f"right/fc={f:.1f}Hz" for f in fc]
+            + self._extra_names()
+        )
+
+    def _multichannel(self, x: Tensor) -> Tensor:
+        C = x.shape[0]
+        if C == 2:
+            return x
+        if C == 1 and self.config.diotic:
+            return x.expand(2, -1)
+        hint = (
+            "; for mono audio set diotic=True in the config to present it to both ears"
+            if C == 1
+            else ""
+        )
+        raise ValueError(
+            f"{self.name} is a binaural model and needs exactly 2 channels (left, right), got "
+            f"{C} channel(s){hint}"
+        )
+
+    def _model_frames(self, model: torch.nn.Module, seg: Tensor) -> tuple[Tensor, None]:
+        spec = model.instantaneous_specific_loudness(seg[None])  # (1, 2, F, C)
+        return spec[0].transpose(0, 1), None
+
+    def _stream(self, spec: np.ndarray, inst: np.ndarray | None, state: dict) -> np.ndarray:
+        m = self.model()
+        c = self.config
+        n_f, _, n_c = spec.shape
+        need_st = c.specific == "short_term" or c.include_stl or c.include_ltl
+        cols = []
+        if need_st:
+            st = state.setdefault("spec", np.zeros(2 * n_c))
+            flat = spec.reshape(n_f, 2 * n_c).T
+            stl_spec = agc_numba_state(flat, m.stl_attack, m.stl_release, st).T
+            stl_spec = stl_spec.reshape(n_f, 2, n_c)
+        pattern = stl_spec if c.specific == "short_term" else spec
+        cols.append(pattern.reshape(n_f, 2 * n_c))
+        if c.include_stl or c.include_ltl:
+            smooth = torch.as_tensor(m.binaural_smooth, dtype=torch.float64)
+            p = float(m.inhibition_p)
+            sl, sr = L.binaural_inhibition(
+                torch.from_numpy(stl_spec[:, 0]), torch.from_numpy(stl_spec[:, 1]), smooth, p
+            )
+            stl_lr = torch.stack([sl.sum(-1), sr.sum(-1)], 0).numpy() / 4.0  # (2, F)
+            if c.include_stl:
+                cols.append(stl_lr.sum(0)[:, None])
+            if c.include_ltl:
+                st2 = state.setdefault("ltl", np.zeros(2))
+                ltl = agc_numba_state(stl_lr, m.ltl_attack, m.ltl_release, st2)
+                cols.append(ltl.sum(0)[:, None])
+        return np.concatenate(cols, 1)
+
+    @classmethod
+    def test_config(cls) -> Moore2016Config:
+        """The default config (fast enough for the contract tests)."""
+        return Moore2016Config()
