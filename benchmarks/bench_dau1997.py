@@ -32,7 +32,8 @@ if what == "model":
         m(xt[:, : fs // 10])  # compile kernels, warm caches
         t = time.perf_counter(); m(xt); dt = time.perf_counter() - t
 else:
-    ex = lhotse_amt.Dau1997Extractor(lhotse_amt.Dau1997Config(sampling_rate=fs, stage=cfg.get("stage", "modulation")))
+    conf = lhotse_amt.Dau1997Config(sampling_rate=fs, stage=cfg.get("stage", "modulation"))
+    ex = lhotse_amt.Dau1997Extractor(conf)
     ex.extract_batch([x[0, : fs // 10]], fs)
     t = time.perf_counter(); ex.extract_batch(list(x), fs); dt = time.perf_counter() - t
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -41,15 +42,23 @@ print(json.dumps(dict(rtf=dt / (batch * dur), seconds=dt, rss_mb=rss)))
 
 
 def run(cfg: dict) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS=str(cfg["threads"]), NUMBA_NUM_THREADS=str(max(cfg["threads"], 1)))
-    r = subprocess.run([sys.executable, "-c", ROW, json.dumps(cfg)], capture_output=True, text=True, env=env)
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS=str(cfg["threads"]),
+        NUMBA_NUM_THREADS=str(max(cfg["threads"], 1)),
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", ROW, json.dumps(cfg)], capture_output=True, text=True, env=env
+    )
     if r.returncode != 0:
         return dict(error=r.stderr.strip().splitlines()[-1])
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="only 1 s and 10 s")
     ap.add_argument("--repeat", type=int, default=1, help="runs per row (the minimum is shown)")
     args = ap.parse_args()
@@ -74,9 +83,15 @@ def main() -> None:
 
 def print_row(cfg: dict, r: dict, header: bool) -> None:
     if header:
-        print(f"{'what':<10}{'fs':>7}{'audio s':>9}{'batch':>7}{'threads':>9}{'RTF':>9}{'x realtime':>12}{'peak RSS MB':>13}")
+        print(
+            f"{'what':<10}{'fs':>7}{'audio s':>9}{'batch':>7}{'threads':>9}{'RTF':>9}"
+            f"{'x realtime':>12}{'peak RSS MB':>13}"
+        )
     if "error" in r:
-        print(f"{cfg['what']:<10}{cfg['fs']:>7}{cfg['dur']:>9}{cfg['batch']:>7}{cfg['threads']:>9}  error: {r['error']}")
+        print(
+            f"{cfg['what']:<10}{cfg['fs']:>7}{cfg['dur']:>9}{cfg['batch']:>7}{cfg['threads']:>9}"
+            f"  error: {r['error']}"
+        )
         return
     print(
         f"{cfg['what']:<10}{cfg['fs']:>7}{cfg['dur']:>9}{cfg['batch']:>7}{cfg['threads']:>9}"

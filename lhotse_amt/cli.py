@@ -15,11 +15,11 @@ import sys
 import click
 
 import lhotse_amt  # noqa: F401  registers the extractors before Lhotse builds its choices
-from lhotse.bin.modes.cli_base import cli  # noqa: E402
-import lhotse.bin.modes  # noqa: E402,F401  attaches feat/shar/... to `cli`
-from lhotse.bin.modes.features import feat  # noqa: E402
-from lhotse.features.base import FEATURE_EXTRACTORS, FeatureExtractor  # noqa: E402
-from lhotse.features.io import available_storage_backends  # noqa: E402
+from lhotse.bin.modes.cli_base import cli
+import lhotse.bin.modes  # noqa: F401  attaches feat/shar/... to `cli`
+from lhotse.bin.modes.features import feat
+from lhotse.features.base import FEATURE_EXTRACTORS, FeatureExtractor
+from lhotse.features.io import available_storage_backends
 
 
 @cli.group(name="amt")
@@ -44,15 +44,27 @@ def list_models() -> None:
     for name in sorted(n for n in FEATURE_EXTRACTORS if n.startswith("amt-")):
         ex = FEATURE_EXTRACTORS[name]()
         c = ex.config
-        rows.append((name, c.sampling_rate, c.frame_shift, ex.feature_dim(c.sampling_rate), ex.input_channels))
-    click.echo(f"{'extractor':<18}{'sampling_rate':>14}{'frame_shift':>12}{'feature_dim':>12}{'channels':>10}")
+        rows.append(
+            (
+                name,
+                c.sampling_rate,
+                c.frame_shift,
+                ex.feature_dim(c.sampling_rate),
+                ex.input_channels,
+            )
+        )
+    click.echo(
+        f"{'extractor':<18}{'sampling_rate':>14}{'frame_shift':>12}{'feature_dim':>12}{'channels':>10}"
+    )
     for r in rows:
         click.echo(f"{r[0]:<18}{r[1]:>14}{r[2]:>12}{r[3]:>12}{r[4]:>10}")
 
 
 @amt.command()
 @click.argument("name", required=False)
-@click.option("-f", "--feature-config", type=click.Path(exists=True, dir_okay=False), help="Extractor YAML.")
+@click.option(
+    "-f", "--feature-config", type=click.Path(exists=True, dir_okay=False), help="Extractor YAML."
+)
 @click.option("--columns/--no-columns", default=False, help="Print every column name.")
 def describe(name: str | None, feature_config: str | None, columns: bool) -> None:
     """Show an extractor's configuration and feature layout."""
@@ -61,7 +73,10 @@ def describe(name: str | None, feature_config: str | None, columns: bool) -> Non
     ex = _load_extractor(feature_config, name)
     click.echo(yaml.safe_dump(ex.to_dict(), sort_keys=False).rstrip())
     names = ex.feature_names()
-    click.echo(f"# feature_dim: {len(names)} at {ex.config.sampling_rate} Hz, frame_shift {ex.frame_shift} s")
+    click.echo(
+        f"# feature_dim: {len(names)} at {ex.config.sampling_rate} Hz, "
+        f"frame_shift {ex.frame_shift} s"
+    )
     shown = names if columns else names[:4] + (["..."] if len(names) > 8 else []) + names[-4:]
     for n in shown:
         click.echo(f"#   {n}")
@@ -73,7 +88,9 @@ def describe(name: str | None, feature_config: str | None, columns: bool) -> Non
 @click.option("-f", "--feature-config", type=click.Path(exists=True, dir_okay=False))
 @click.option("-m", "--model", "name", default="amt-dau1997", show_default=True)
 @click.option("--cut-id", default=None, help="Cut to plot (default: the first).")
-def plot(cutset: str, output_png: str, feature_config: str | None, name: str, cut_id: str | None) -> None:
+def plot(
+    cutset: str, output_png: str, feature_config: str | None, name: str, cut_id: str | None
+) -> None:
     """Plot a cut's features to a PNG (stored features if the cut has them, else computed)."""
     from lhotse import CutSet
 
@@ -86,7 +103,9 @@ def plot(cutset: str, output_png: str, feature_config: str | None, name: str, cu
         feats = cut.load_features()
     else:
         feats = ex.extract(cut.load_audio(), cut.sampling_rate)
-    plot_features(feats, ex.feature_names(), ex.frame_shift, output_png, title=f"{ex.name}: {cut.id}")
+    plot_features(
+        feats, ex.feature_names(), ex.frame_shift, output_png, title=f"{ex.name}: {cut.id}"
+    )
     click.echo(f"wrote {output_png}")
 
 
@@ -101,7 +120,9 @@ def demo(out_dir: str, models: tuple[str, ...]) -> None:
     click.echo(f"{'extractor':<18}{'frames':>8}{'dim':>6}{'time (s)':>10}{'RTF':>8}")
     click.echo("(times include one-off kernel compilation and model set-up)")
     for r in rows:
-        click.echo(f"{r['model']:<18}{r['frames']:>8}{r['dim']:>6}{r['seconds']:>10.2f}{r['rtf']:>8.3f}")
+        click.echo(
+            f"{r['model']:<18}{r['frames']:>8}{r['dim']:>6}{r['seconds']:>10.2f}{r['rtf']:>8.3f}"
+        )
     click.echo(f"features, manifests and plots are in {out_dir}/")
 
 
@@ -139,7 +160,9 @@ def _extract_cuts_command(group: click.Group, name: str) -> None:
         from .pipeline import extract_cuts
 
         ex = FeatureExtractor.from_yaml(feature_manifest) if feature_manifest else Fbank()
-        extract_cuts(CutSet.from_file(cutset), ex, storage_path, output_cutset, num_jobs, storage_type)
+        extract_cuts(
+            CutSet.from_file(cutset), ex, storage_path, output_cutset, num_jobs, storage_type
+        )
 
 
 _extract_cuts_command(amt, "extract-cuts")
@@ -154,4 +177,3 @@ def main() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
-

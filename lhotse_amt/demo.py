@@ -8,9 +8,13 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import soundfile as sf
+
+if TYPE_CHECKING:
+    from lhotse import CutSet
 
 __all__ = ["make_example_cuts", "run_demo"]
 
@@ -35,7 +39,7 @@ def _synth_vowels(seed: int, sr: int) -> np.ndarray:
     return x
 
 
-def make_example_cuts(root: Path, sampling_rate: int = 16000, channels: int = 1):
+def make_example_cuts(root: Path, sampling_rate: int = 16000, channels: int = 1) -> CutSet:
     """Write three ~1.5-s utterances at 65 dB SPL (AMT scale) and return their CutSet."""
     from lhotse import CutSet, Recording, SupervisionSegment
 
@@ -94,9 +98,13 @@ def run_demo(out_dir: str | Path, models: list[str] | None = None) -> list[dict]
         with_feats.to_file(out / f"cuts_{name}.jsonl.gz")
         first = next(iter(with_feats))
         feats = first.load_features()
-        plot_features(feats, ex.feature_names(), ex.frame_shift, out / f"{name}.png", f"{name}: {first.id}")
+        plot_features(
+            feats, ex.feature_names(), ex.frame_shift, out / f"{name}.png", f"{name}: {first.id}"
+        )
         audio_s = sum(c.duration for c in cuts)
         summary.append(
-            dict(model=name, frames=feats.shape[0], dim=feats.shape[1], seconds=dt, rtf=dt / audio_s)
+            dict(
+                model=name, frames=feats.shape[0], dim=feats.shape[1], seconds=dt, rtf=dt / audio_s
+            )
         )
     return summary

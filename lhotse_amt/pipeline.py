@@ -98,7 +98,12 @@ def extract_cuts(
     if len(set(ids)) != len(ids):
         raise ValueError("the CutSet has duplicate cut IDs; resuming needs unique IDs")
     todo = [c for c in cuts if c.id not in done]
-    bar = tqdm(total=len(ids), initial=len(ids) - len(todo), desc="Extracting features", disable=not progress_bar)
+    bar = tqdm(
+        total=len(ids),
+        initial=len(ids) - len(todo),
+        desc="Extracting features",
+        disable=not progress_bar,
+    )
     with open(partial, "a") as log:
 
         def record(d: dict) -> None:
@@ -122,7 +127,9 @@ def extract_cuts(
                         record(d)
     bar.close()
     result = CutSet.from_dicts([done[i] for i in ids])
-    tmp = output_manifest.with_name(output_manifest.name + ".tmp" + "".join(output_manifest.suffixes))
+    tmp = output_manifest.with_name(
+        output_manifest.name + ".tmp" + "".join(output_manifest.suffixes)
+    )
     result.to_file(tmp)
     os.replace(tmp, output_manifest)
     partial.unlink()

@@ -5,8 +5,12 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["plot_features"]
 
@@ -42,7 +46,7 @@ def plot_features(
     frame_shift: float,
     path: str | Path | None = None,
     title: str = "",
-):
+) -> Figure:
     """Plot a ``(frames, features)`` matrix: one image per modulation band (or ear) with
     the auditory channel centre frequency (Hz) on the y axis and time (s) on the x axis;
     scalar columns (e.g. loudness in sone) as curves. Returns the figure; saves a PNG when
@@ -63,7 +67,11 @@ def plot_features(
         data = features[:, [c[1] for c in cols]].T
         order = np.argsort(fcs)
         im = ax.imshow(
-            data[order], aspect="auto", origin="lower", extent=(0, t_end, 0, len(order)), cmap="magma"
+            data[order],
+            aspect="auto",
+            origin="lower",
+            extent=(0, t_end, 0, len(order)),
+            cmap="magma",
         )
         ticks = np.linspace(0, len(order) - 1, min(6, len(order))).astype(int)
         ax.set_yticks(ticks + 0.5)

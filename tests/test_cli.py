@@ -45,13 +45,37 @@ def test_cli_end_to_end(corpus):
     (root / "cfg.yaml").write_text(cfg)
     r = run("amt", "describe", "-f", "cfg.yaml", cwd=root)
     assert "feature_dim: 31" in r.stdout
-    run("feat", "extract-cuts", "-f", "cfg.yaml", "-j", "1", "cuts.jsonl.gz", "out.jsonl.gz", str(root / "feats"), cwd=root)
+    run(
+        "feat",
+        "extract-cuts",
+        "-f",
+        "cfg.yaml",
+        "-j",
+        "1",
+        "cuts.jsonl.gz",
+        "out.jsonl.gz",
+        str(root / "feats"),
+        cwd=root,
+    )
     out = CutSet.from_file(root / "out.jsonl.gz")
     validate(out, read_data=True)
     ex = Dau1997Extractor(Dau1997Config(stage="adaptation"))
     for c in out:
-        np.testing.assert_allclose(c.load_features(), ex.extract(cuts[c.id].load_audio(), 16000), rtol=1e-5, atol=1e-4)
-    run("feat", "extract-cuts-batch", "-f", "cfg.yaml", "-j", "0", "cuts.jsonl.gz", "outb.jsonl.gz", str(root / "featsb"), cwd=root)
+        np.testing.assert_allclose(
+            c.load_features(), ex.extract(cuts[c.id].load_audio(), 16000), rtol=1e-5, atol=1e-4
+        )
+    run(
+        "feat",
+        "extract-cuts-batch",
+        "-f",
+        "cfg.yaml",
+        "-j",
+        "0",
+        "cuts.jsonl.gz",
+        "outb.jsonl.gz",
+        str(root / "featsb"),
+        cwd=root,
+    )
     validate(CutSet.from_file(root / "outb.jsonl.gz"), read_data=True)
     run("amt", "plot", "out.jsonl.gz", "cut.png", "-f", "cfg.yaml", cwd=root)
     assert (root / "cut.png").stat().st_size > 10_000
@@ -105,7 +129,9 @@ def test_truncated_progress_line_is_recomputed(corpus, tmp_path):
     _, cuts = corpus
     out = tmp_path / "o.jsonl.gz"
     ex = Dau1997Extractor(Dau1997Config(stage="adaptation"))
-    extract_cuts(cuts.subset(first=1), ex, tmp_path / "f", tmp_path / "first.jsonl.gz", progress_bar=False)
+    extract_cuts(
+        cuts.subset(first=1), ex, tmp_path / "f", tmp_path / "first.jsonl.gz", progress_bar=False
+    )
     line = CutSet.from_file(tmp_path / "first.jsonl.gz")[0].to_dict()
     import json
 
@@ -119,5 +145,7 @@ def test_unknown_model_name_is_a_usage_error(corpus):
     root, _ = corpus
     exe = shutil.which("lhotse-amt")
     cmd = [exe] if exe else CLI
-    r = subprocess.run([*cmd, "amt", "describe", "amt-nope"], cwd=root, capture_output=True, text=True)
+    r = subprocess.run(
+        [*cmd, "amt", "describe", "amt-nope"], cwd=root, capture_output=True, text=True
+    )
     assert r.returncode != 0 and "unknown extractor" in r.stderr
