@@ -23,26 +23,24 @@ def find_splits(
     """``{split: (recordings, supervisions or None)}`` for every ``*recordings*.jsonl[.gz]``
     in ``manifest_dir`` (e.g. ``librispeech_recordings_train-clean-100.jsonl.gz`` ->
     split ``train-clean-100``; the supervisions file is the same name with
-    ``supervisions``). ``prefix`` keeps only files starting with it."""
-    out: dict[str, tuple[Path, Path | None]] = {}
+    ``supervisions``; a recordings-only manifest such as ``noise_recordings.jsonl.gz`` is
+    split ``noise``). ``prefix`` keeps only files whose name starts with it. Two corpora
+    with the same split name in one directory are told apart as ``{prefix}_{split}``."""
+    found = []
     for rec in sorted(Path(manifest_dir).glob("*recordings*.jsonl*")):
         m = _REC.match(rec.name)
         if m is None or (prefix is not None and not rec.name.startswith(prefix)):
             continue
-        split = m.group("split") or m.group("prefix") or "all"
-        if prefix is None and m.group("prefix") and m.group("split"):
-            split = f"{m.group('prefix')}_{m.group('split')}" if _ambiguous(manifest_dir, m) else split
         sup = rec.with_name(rec.name.replace("recordings", "supervisions"))
-        out[split] = (rec, sup if sup.exists() else None)
+        found.append((m.group("prefix"), m.group("split") or m.group("prefix") or "all", rec, sup))
+    names = [s for _, s, _, _ in found]
+    out: dict[str, tuple[Path, Path | None]] = {}
+    for pre, split, rec, sup in found:
+        key = f"{pre}_{split}" if names.count(split) > 1 and pre else split
+        out[key] = (rec, sup if sup.exists() else None)
     if not out:
         raise FileNotFoundError(f"no *recordings*.jsonl[.gz] manifests in {manifest_dir}")
     return out
-
-
-def _ambiguous(manifest_dir: str | Path, m: re.Match) -> bool:
-    """Several corpora in one directory with the same split name: keep the prefix."""
-    same = list(Path(manifest_dir).glob(f"*recordings_{m.group('split')}.jsonl*"))
-    return len(same) > 1
 
 
 def cuts_from_manifests(
