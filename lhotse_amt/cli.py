@@ -3,14 +3,16 @@
 
 ``lhotse-amt feat write-default-config -f amt-dau1997 cfg.yaml``, ``feat extract``,
 ``feat extract-cuts-batch --device cuda``, ``shar compute-features`` etc. are Lhotse's
-commands unchanged (plain ``lhotse`` cannot see plugin extractors). ``feat extract-cuts``
-is a drop-in replacement with the same arguments that can resume an interrupted run and
-writes its manifest atomically (also available as ``amt extract-cuts``).
+commands unchanged (plain ``lhotse`` cannot see plugin extractors), except two drop-in
+replacements with the same arguments: ``feat extract-cuts`` resumes an interrupted run and
+writes its manifest atomically, and ``feat extract-cuts-batch`` adds ``--device`` and
+resumes too (both also in the ``amt`` group).
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -165,7 +167,75 @@ def _extract_cuts_command(group: click.Group, name: str) -> None:
         )
 
 
+def _extract_cuts_batch_command(group: click.Group, name: str) -> None:
+    @group.command(name=name, context_settings=dict(show_default=True))
+    @click.argument("cutset", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+    @click.argument("output_cutset", type=click.Path(allow_dash=True))
+    @click.argument("storage_path", type=click.Path())
+    @click.option(
+        "-f",
+        "--feature-manifest",
+        type=click.Path(exists=True, dir_okay=False),
+        help="Extractor YAML (default: Lhotse's Fbank).",
+    )
+    @click.option(
+        "--storage-type",
+        type=click.Choice(available_storage_backends()),
+        default="numpy_files",
+        help="Storage backend for the feature matrices.",
+    )
+    @click.option("-j", "--num-jobs", type=int, default=4, help="Number of dataloader workers.")
+    @click.option(
+        "-b",
+        "--batch-duration",
+        type=float,
+        default=600.0,
+        help="At most this many seconds of audio will be processed in each batch.",
+    )
+    @click.option(
+        "--device",
+        default=None,
+        help="Run the extractor on this device (e.g. cuda, cuda:1); overrides the config.",
+    )
+    def extract_cuts_batch_cmd(
+        cutset: str,
+        output_cutset: str,
+        storage_path: str,
+        feature_manifest: str | None,
+        storage_type: str,
+        num_jobs: int,
+        batch_duration: float,
+        device: str | None,
+    ) -> None:
+        """Extract features for CUTSET in batches (one forward pass per batch on the
+        extractor's device), store them under STORAGE_PATH and write OUTPUT_CUTSET. Re-running
+        the same command resumes an interrupted run (cuts already in OUTPUT_CUTSET are
+        skipped)."""
+        from lhotse import CutSet, Fbank
+        from lhotse.features.io import get_writer
+
+        ex = FeatureExtractor.from_yaml(feature_manifest) if feature_manifest else Fbank()
+        if device is not None:
+            if not hasattr(ex.config, "device"):
+                raise click.UsageError(f"{ex.name} has no device setting")
+            ex.config.device = device
+        Path(output_cutset).parent.mkdir(parents=True, exist_ok=True)
+        CutSet.from_file(cutset).compute_and_store_features_batch(
+            extractor=ex,
+            storage_path=storage_path,
+            manifest_path=output_cutset,
+            batch_duration=batch_duration,
+            num_workers=num_jobs,
+            storage_type=get_writer(storage_type),
+            overwrite=False,
+        )
+
+
 _extract_cuts_command(amt, "extract-cuts")
+_extract_cuts_batch_command(amt, "extract-cuts-batch")
+# drop-in replacement of Lhotse's `feat extract-cuts-batch` (same arguments + --device)
+feat.commands.pop("extract-cuts-batch", None)
+_extract_cuts_batch_command(feat, "extract-cuts-batch")
 # drop-in replacement of Lhotse's `feat extract-cuts` (same arguments, resumable)
 feat.commands.pop("extract-cuts", None)
 _extract_cuts_command(feat, "extract-cuts")

@@ -67,6 +67,8 @@ def test_cli_end_to_end(corpus):
     run(
         "feat",
         "extract-cuts-batch",
+        "--device",
+        "cpu",
         "-f",
         "cfg.yaml",
         "-j",

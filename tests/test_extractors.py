@@ -181,6 +181,21 @@ def test_bad_input(name):
         ex.extract(wrong, sr)
 
 
+@pytest.mark.parametrize("sr", [8000, 22050, 44100, 48000])
+def test_dau1997_at_several_sampling_rates(sr):
+    frame_shift = 0.01 if sr != 22050 else 0.02
+    ex = make_extractor(
+        "amt-dau1997", sampling_rate=sr, frame_shift=frame_shift, fhigh=min(8000.0, 0.45 * sr)
+    )
+    for seconds in (0.25, 0.4321):
+        x = audio(ex, seconds)
+        f = ex.extract(x, sr)
+        n = compute_num_frames_from_samples(x.shape[-1], frame_shift, sr)
+        assert f.shape == (n, ex.feature_dim(sr))
+    with pytest.raises(ValueError, match="integer"):
+        make_extractor("amt-dau1997", sampling_rate=22050, frame_shift=0.01)
+
+
 def test_mono_channel_policy():
     ex = make_extractor("amt-dau1997")
     x = audio(ex, 0.2)

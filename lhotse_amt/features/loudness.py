@@ -62,7 +62,6 @@ from lhotse.features.base import register_extractor
 from torch import Tensor
 
 from ..functional import loudness as L
-from ..kernels.agc import agc_numba_state
 from ..models.glasberg2002 import Glasberg2002
 from ..models.moore2016 import Moore2016
 from .base import AuditoryConfig, AuditoryExtractor, config_from_dict
@@ -285,16 +284,16 @@ class Glasberg2002Extractor(_LoudnessExtractor):
         s = spec[:, 0, :]
         if c.specific == "short_term":
             st = state.setdefault("spec", np.zeros(s.shape[1]))
-            s = agc_numba_state(s.T, m.stl_attack, m.stl_release, st).T
+            s = _agc(s.T, m.stl_attack, m.stl_release, st).T
         cols = [s]
         if c.include_stl or c.include_ltl:
             st1 = state.setdefault("stl", np.zeros(1))
-            stl = agc_numba_state(inst[None], m.stl_attack, m.stl_release, st1)
+            stl = _agc(inst[None], m.stl_attack, m.stl_release, st1)
             if c.include_stl:
                 cols.append(stl.T)
             if c.include_ltl:
                 st2 = state.setdefault("ltl", np.zeros(1))
-                cols.append(agc_numba_state(stl, m.ltl_attack, m.ltl_release, st2).T)
+                cols.append(_agc(stl, m.ltl_attack, m.ltl_release, st2).T)
         return np.concatenate(cols, 1)
 
     @classmethod
@@ -372,7 +371,7 @@ class Moore2016Extractor(_LoudnessExtractor):
         if need_st:
             st = state.setdefault("spec", np.zeros(2 * n_c))
             flat = spec.reshape(n_f, 2 * n_c).T
-            stl_spec = agc_numba_state(flat, m.stl_attack, m.stl_release, st).T
+            stl_spec = _agc(flat, m.stl_attack, m.stl_release, st).T
             stl_spec = stl_spec.reshape(n_f, 2, n_c)
         pattern = stl_spec if c.specific == "short_term" else spec
         cols.append(pattern.reshape(n_f, 2 * n_c))
@@ -387,7 +386,7 @@ class Moore2016Extractor(_LoudnessExtractor):
                 cols.append(stl_lr.sum(0)[:, None])
             if c.include_ltl:
                 st2 = state.setdefault("ltl", np.zeros(2))
-                ltl = agc_numba_state(stl_lr, m.ltl_attack, m.ltl_release, st2)
+                ltl = _agc(stl_lr, m.ltl_attack, m.ltl_release, st2)
                 cols.append(ltl.sum(0)[:, None])
         return np.concatenate(cols, 1)
 
@@ -395,3 +394,10 @@ class Moore2016Extractor(_LoudnessExtractor):
     def test_config(cls) -> Moore2016Config:
         """The default config (fast enough for the contract tests)."""
         return Moore2016Config()
+
+
+def _agc(*args: Any) -> np.ndarray:
+    """The numba AGC kernel, imported on first use so ``import lhotse_amt`` stays cheap."""
+    from ..kernels.agc import agc_numba_state
+
+    return agc_numba_state(*args)

@@ -311,9 +311,10 @@ _TM = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
 @njit(parallel=True, **_TM)
-def _gammatone_ihc_tm(x, pr, pi, g, K, zr, zi, sos, zs, y):  # pragma: no cover
+def _gammatone_ihc_tm(x, pr, pi, g, K, zr, zi, sos, zs, rect, y):  # pragma: no cover
     # x (B, T); pole pr/pi, real gain g (C,); states zr/zi (B, K, C); IHC sections
     # sos (S, 6) shared by all channels, states zs (B, S, 2, C); y (B, T, C) = IHC output
+    # (rect: half-wave rectification before the sections; S = 0, rect False: gammatone)
     B, T = x.shape
     C = pr.shape[0]
     S = sos.shape[0]
@@ -335,7 +336,8 @@ def _gammatone_ihc_tm(x, pr, pi, g, K, zr, zi, sos, zs, y):  # pragma: no cover
                     ur = nr
                     ui = ni
                 w = 2.0 * g[c] * ur
-                w = w if w > 0.0 else 0.0
+                if rect:
+                    w = w if w > 0.0 else 0.0
                 for s in range(S):
                     out = sos[s, 0] * w + z[s, 0, c]
                     z[s, 0, c] = sos[s, 1] * w - sos[s, 4] * out + z[s, 1, c]
@@ -352,21 +354,23 @@ def gammatone_ihc_time_major(
     pole: torch.Tensor,
     gain: torch.Tensor,
     order: int,
-    ihc_sos: torch.Tensor,
+    ihc_sos: torch.Tensor | None,
     state: dict | None,
 ) -> tuple[np.ndarray, dict]:
     """Gammatone (``2 Re``) + half-wave rectification + IHC low-pass on ``x (B, T)``.
 
     Returns the IHC output time-major ``(B, T, C)`` (float64 numpy) and the states in the
     layouts of :func:`lhotse_amt.functional.gammatone.gammatone` (complex ``(B, C, K)``)
-    and :func:`lhotse_amt.functional.iir.sosfilt` (``(B, C, S, 2)``).
+    and :func:`lhotse_amt.functional.iir.sosfilt` (``(B, C, S, 2)``). With
+    ``ihc_sos=None`` the output is the gammatone output itself (no rectification).
     """
     _threads()
     xn = _np(x).astype(np.float64)
     B, T = xn.shape
     p = _np(pole).astype(np.complex128)
     C = p.shape[0]
-    sos = _np(ihc_sos).astype(np.float64)
+    rect = ihc_sos is not None
+    sos = _np(ihc_sos).astype(np.float64) if rect else np.zeros((0, 6))
     S = sos.shape[0]
     state = state or {}
     if "filterbank" in state:
@@ -383,18 +387,24 @@ def gammatone_ihc_time_major(
     y = np.empty((B, T, C))
     _gammatone_ihc_tm(
         xn, np.ascontiguousarray(p.real), np.ascontiguousarray(p.imag),
-        _np(gain).astype(np.float64), order, zr, zi, sos, zs, y,
+        _np(gain).astype(np.float64), order, zr, zi, sos, zs, rect, y,
     )
     fb = torch.complex(torch.from_numpy(zr), torch.from_numpy(zi)).transpose(1, 2)
-    return y, {"filterbank": fb, "ihc": torch.from_numpy(zs).permute(0, 3, 1, 2)}
+    new = {"filterbank": fb}
+    if rect:
+        new["ihc"] = torch.from_numpy(zs).permute(0, 3, 1, 2)
+    return y, new
 
 
 @njit(**_TM)
 def _modbank_pooled_tm(
-    u, pre, zpre, lp, zlp, pr, pi, gr, gi, ab, sc, sc0, sr, si, hop, end, square, sums
+    u, pre, zpre, lp, zlp, pr, pi, gr, gi, gm, mode, clo, sc0, sr, si, hop, end, square, sums
 ):  # pragma: no cover - compiled
     # u (T, C) adaptation output; pre/lp (S, 6) shared sections, states (S, 2, C);
-    # bands pr.. (M, C); states sr/si (M, C); sums (M + 1, nblk, C); samples >= end unused
+    # bands pr/pi (M, C); output gains (scale included) gr/gi (M, C) for signed bands, gm
+    # (M, C) (scale |gain|) for |.| bands; mode[m]: 0 signed, 1 |.|, 2 mixed (gm = 0 on
+    # signed channels, gr = gi = 0 on |.| channels); channels c < clo[m] have no band m;
+    # states sr/si (M, C); sums (M + 1, nblk, C); samples >= end unused
     T, C = u.shape
     M = pr.shape[0]
     Tb = min(T, end)
@@ -430,35 +440,75 @@ def _modbank_pooled_tm(
         a_i = pi[m]
         c_r = gr[m]
         c_i = gi[m]
-        wm = ab[m]
-        s_ = sc[m]
+        g_m = gm[m]
         xr = sr[m]
         xi = si[m]
         acc = sums[m + 1]
+        c0 = clo[m]
+        md = mode[m]
         for k in range(nblk):
             for c in range(C):
                 acc[k, c] = 0.0
-            for n in range(k * hop, min((k + 1) * hop, Tb)):
-                un = w[n]
-                for c in range(C):
-                    nr = a_r[c] * xr[c] - a_i[c] * xi[c] + un[c]
-                    ni = a_r[c] * xi[c] + a_i[c] * xr[c]
-                    xr[c] = nr
-                    xi[c] = ni
-                    yr = c_r[c] * nr - c_i[c] * ni
-                    yi = c_r[c] * ni + c_i[c] * nr
-                    mag = math.sqrt(yr * yr + yi * yi)
-                    v = s_[c] * (wm[c] * mag + (1.0 - wm[c]) * yr)
-                    acc[k, c] += v * v if square else v
+        # channel views from c0 (loops from 0 keep the indices provably non-negative)
+        wv, ar, ai, cr, ci, gv = w[:, c0:], a_r[c0:], a_i[c0:], c_r[c0:], c_i[c0:], g_m[c0:]
+        xrv, xiv, av = xr[c0:], xi[c0:], acc[:, c0:]
+        if md == 1:
+            _band_abs(wv, ar, ai, gv, xrv, xiv, hop, Tb, square, av)
+        elif md == 0:
+            _band_signed(wv, ar, ai, cr, ci, xrv, xiv, hop, Tb, square, av)
+        else:
+            _band_mixed(wv, ar, ai, cr, ci, gv, xrv, xiv, hop, Tb, square, av)
+
+
+@njit(**_TM)
+def _band_abs(w, a_r, a_i, g_m, xr, xi, hop, Tb, square, acc):  # pragma: no cover
+    C = w.shape[1]
+    for n in range(Tb):
+        k = n // hop
+        for c in range(C):
+            nr = a_r[c] * xr[c] - a_i[c] * xi[c] + w[n, c]
+            ni = a_r[c] * xi[c] + a_i[c] * xr[c]
+            xr[c] = nr
+            xi[c] = ni
+            v = g_m[c] * math.sqrt(nr * nr + ni * ni)
+            acc[k, c] += v * v if square else v
+
+
+@njit(**_TM)
+def _band_signed(w, a_r, a_i, c_r, c_i, xr, xi, hop, Tb, square, acc):  # pragma: no cover
+    C = w.shape[1]
+    for n in range(Tb):
+        k = n // hop
+        for c in range(C):
+            nr = a_r[c] * xr[c] - a_i[c] * xi[c] + w[n, c]
+            ni = a_r[c] * xi[c] + a_i[c] * xr[c]
+            xr[c] = nr
+            xi[c] = ni
+            v = c_r[c] * nr - c_i[c] * ni
+            acc[k, c] += v * v if square else v
+
+
+@njit(**_TM)
+def _band_mixed(w, a_r, a_i, c_r, c_i, g_m, xr, xi, hop, Tb, square, acc):  # pragma: no cover
+    C = w.shape[1]
+    for n in range(Tb):
+        k = n // hop
+        for c in range(C):
+            nr = a_r[c] * xr[c] - a_i[c] * xi[c] + w[n, c]
+            ni = a_r[c] * xi[c] + a_i[c] * xr[c]
+            xr[c] = nr
+            xi[c] = ni
+            v = g_m[c] * math.sqrt(nr * nr + ni * ni) + (c_r[c] * nr - c_i[c] * ni)
+            acc[k, c] += v * v if square else v
 
 
 @njit(parallel=True, **_TM)
 def _modbank_pooled_tm_batch(
-    u, pre, zpre, lp, zlp, pr, pi, gr, gi, ab, sc, sc0, sr, si, hop, ends, square, sums
+    u, pre, zpre, lp, zlp, pr, pi, gr, gi, gm, mode, clo, sc0, sr, si, hop, ends, square, sums
 ):  # pragma: no cover - compiled
     for b in prange(u.shape[0]):
         _modbank_pooled_tm(
-            u[b], pre, zpre[b], lp, zlp[b], pr, pi, gr, gi, ab, sc, sc0, sr[b], si[b],
+            u[b], pre, zpre[b], lp, zlp[b], pr, pi, gr, gi, gm, mode, clo, sc0, sr[b], si[b],
             hop, ends[b], square, sums[b],
         )
 
@@ -507,16 +557,30 @@ def modulation_bank_pooled(
     else:
         sr, si = np.zeros((B, M, C)), np.zeros((B, M, C))
     p = _np(pole).astype(np.complex128).T
-    g = _np(gain).astype(np.complex128).T
+    g = _np(gain).astype(np.complex128).T  # (M, C)
     sc = _np(scale).astype(np.float64).T  # (M + 1, C)
+    ab = _np(use_abs).T.astype(np.bool_)  # (M, C)
+    scb = sc[1:]
+    # |scale g y| = scale |g| |y|: |.| bands need no complex output multiplication
+    gm = np.where(ab, scb * np.abs(g), 0.0)
+    gr = np.where(ab, 0.0, scb * g.real)
+    gi = np.where(ab, 0.0, scb * g.imag)
+    mode = np.where(ab.all(1), 1, np.where(ab.any(1), 2, 0)).astype(np.int64)
+    # channels without a band (scale 0) are skipped when they form a leading block
+    clo = np.zeros(M, np.int64)
+    for m in range(M):
+        nz = np.flatnonzero(scb[m] != 0.0)
+        if nz.size and np.all(scb[m, nz[0] :] != 0.0):
+            clo[m] = nz[0]
+        elif nz.size == 0:
+            clo[m] = C
     nblk = -(-T // hop)
     sums = np.zeros((B, M + 1, nblk, C))
     _modbank_pooled_tm_batch(
         u, pre, zpre, lp, zlp,
         np.ascontiguousarray(p.real), np.ascontiguousarray(p.imag),
-        np.ascontiguousarray(g.real), np.ascontiguousarray(g.imag),
-        np.ascontiguousarray(_np(use_abs).T.astype(np.float64)),
-        np.ascontiguousarray(sc[1:]), np.ascontiguousarray(sc[0]),
+        np.ascontiguousarray(gr), np.ascontiguousarray(gi), np.ascontiguousarray(gm),
+        mode, clo, np.ascontiguousarray(sc[0]),
         sr, si, int(hop), np.asarray(ends, dtype=np.int64), bool(square), sums,
     )
     new = {

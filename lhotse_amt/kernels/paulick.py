@@ -315,31 +315,38 @@ def _frontend_kernel(
 
 @njit(parallel=True, **_NOPY)
 def _fir_kernel(buf, w, start, stride, y):  # pragma: no cover - compiled
-    # y[r, i] = sum_k w[k] buf[r, start + i stride + k], accumulated in float64 in the
-    # order k = 0, 1, ... for every output (blocks of 16 outputs share the tap loop)
+    # y[r, i] = sum_k w[k] buf[r, start + i stride + k] in polyphase form: for each phase
+    # p the contiguous sub-signal buf[start + p :: stride] meets the taps w[p :: stride].
+    # float64 accumulation in a fixed order (phase by phase, taps in order) for every
+    # output, whatever the chunking
     N, M = y.shape
-    K = w.shape[0]
     BL = 16
     for r in prange(N):
+        out = np.zeros(M)
         acc = np.zeros(BL)
         br = buf[r]
-        for i0 in range(0, M, BL):
-            nb = min(BL, M - i0)
-            for ii in range(BL):
-                acc[ii] = 0.0
-            j0 = start + i0 * stride
-            if nb == BL and stride == 1:
-                for k in range(K):
-                    wk = w[k]
-                    for ii in range(BL):
-                        acc[ii] += wk * br[j0 + ii + k]
-            else:
-                for k in range(K):
-                    wk = w[k]
-                    for ii in range(nb):
-                        acc[ii] += wk * br[j0 + ii * stride + k]
-            for ii in range(nb):
-                y[r, i0 + ii] = acc[ii]
+        for p in range(stride):
+            sub = br[start + p :: stride].copy()
+            wp = w[p::stride].copy()
+            Kp = wp.shape[0]
+            for i0 in range(0, M, BL):
+                nb = min(BL, M - i0)
+                for ii in range(BL):
+                    acc[ii] = 0.0
+                if nb == BL:
+                    for q in range(Kp):
+                        wq = wp[q]
+                        for ii in range(BL):
+                            acc[ii] += wq * sub[i0 + ii + q]
+                else:
+                    for q in range(Kp):
+                        wq = wp[q]
+                        for ii in range(nb):
+                            acc[ii] += wq * sub[i0 + ii + q]
+                for ii in range(nb):
+                    out[i0 + ii] += acc[ii]
+        for i in range(M):
+            y[r, i] = out[i]
 
 
 # --------------------------------------------------------------------------------------

@@ -251,8 +251,8 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, Path]]:
             tag = spec_tag(spec)
             for split, cuts in splits.items():
                 ex = prepare_extractor(spec, cuts, args.device)
-                sr = ex.config.sampling_rate
-                if any(c.sampling_rate != sr for c in cuts):
+                sr = getattr(ex.config, "sampling_rate", None)  # None: any rate works
+                if sr is not None and any(c.sampling_rate != sr for c in cuts):
                     log.info("%s/%s: resampling cuts to %d Hz", tag, split, sr)
                     cuts = cuts.resample(sr)
                 out_dir = args.output_dir / tag
