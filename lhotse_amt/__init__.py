@@ -13,6 +13,8 @@ from .features import (
     King2019Extractor,
     Osses2021Config,
     Osses2021Extractor,
+    Paulick2024Config,
+    Paulick2024Extractor,
 )
 from .features.loudness import (
     Glasberg2002Config,
@@ -25,6 +27,8 @@ from .models.glasberg2002 import Glasberg2002
 from .models.king2019 import King2019
 from .models.moore2016 import Moore2016
 from .models.osses2021 import Osses2021
+from .models.paulick2024 import Paulick2024
+from .modules import DRNLFilterbank, IHCPaulick2024
 
 __version__ = "0.1.0"
 
@@ -40,6 +44,11 @@ __all__ = [
     "Osses2021",
     "Osses2021Config",
     "Osses2021Extractor",
+    "Paulick2024",
+    "Paulick2024Config",
+    "Paulick2024Extractor",
+    "DRNLFilterbank",
+    "IHCPaulick2024",
     "__version__",
     "worker_init_fn",
 ]

@@ -12,6 +12,7 @@ resumes too (both also in the ``amt`` group).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -128,23 +129,34 @@ def demo(out_dir: str, models: tuple[str, ...]) -> None:
     click.echo(f"features, manifests and plots are in {out_dir}/")
 
 
+def _extraction_io(f: Callable) -> Callable:
+    """The arguments and options shared with Lhotse's ``feat extract-cuts[-batch]``."""
+    for deco in reversed(
+        [
+            click.argument("cutset", type=click.Path(exists=True, dir_okay=False, allow_dash=True)),
+            click.argument("output_cutset", type=click.Path(allow_dash=True)),
+            click.argument("storage_path", type=click.Path()),
+            click.option(
+                "-f",
+                "--feature-manifest",
+                type=click.Path(exists=True, dir_okay=False),
+                help="Extractor YAML (default: Lhotse's Fbank, as in `lhotse feat`).",
+            ),
+            click.option(
+                "--storage-type",
+                type=click.Choice(available_storage_backends()),
+                default="numpy_files",
+                help="Storage backend for the feature matrices.",
+            ),
+        ]
+    ):
+        f = deco(f)
+    return f
+
+
 def _extract_cuts_command(group: click.Group, name: str) -> None:
     @group.command(name=name, context_settings=dict(show_default=True))
-    @click.argument("cutset", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
-    @click.argument("output_cutset", type=click.Path(allow_dash=True))
-    @click.argument("storage_path", type=click.Path())
-    @click.option(
-        "-f",
-        "--feature-manifest",
-        type=click.Path(exists=True, dir_okay=False),
-        help="Extractor YAML (default: Lhotse's Fbank, as in `lhotse feat extract-cuts`).",
-    )
-    @click.option(
-        "--storage-type",
-        type=click.Choice(available_storage_backends()),
-        default="numpy_files",
-        help="Storage backend for the feature matrices.",
-    )
+    @_extraction_io
     @click.option("-j", "--num-jobs", type=int, default=1, help="Number of parallel processes.")
     def extract_cuts_cmd(
         cutset: str,
@@ -169,21 +181,7 @@ def _extract_cuts_command(group: click.Group, name: str) -> None:
 
 def _extract_cuts_batch_command(group: click.Group, name: str) -> None:
     @group.command(name=name, context_settings=dict(show_default=True))
-    @click.argument("cutset", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
-    @click.argument("output_cutset", type=click.Path(allow_dash=True))
-    @click.argument("storage_path", type=click.Path())
-    @click.option(
-        "-f",
-        "--feature-manifest",
-        type=click.Path(exists=True, dir_okay=False),
-        help="Extractor YAML (default: Lhotse's Fbank).",
-    )
-    @click.option(
-        "--storage-type",
-        type=click.Choice(available_storage_backends()),
-        default="numpy_files",
-        help="Storage backend for the feature matrices.",
-    )
+    @_extraction_io
     @click.option("-j", "--num-jobs", type=int, default=4, help="Number of dataloader workers.")
     @click.option(
         "-b",

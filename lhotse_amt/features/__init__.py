@@ -8,6 +8,8 @@ from .casp import (
     King2019Extractor,
     Osses2021Config,
     Osses2021Extractor,
+    Paulick2024Config,
+    Paulick2024Extractor,
 )
 from .loudness import (
     Glasberg2002Config,
@@ -24,3 +26,4 @@ __all__ += [
     "Moore2016Extractor",
 ]
 __all__ += ["King2019Config", "King2019Extractor", "Osses2021Config", "Osses2021Extractor"]
+__all__ += ["Paulick2024Config", "Paulick2024Extractor"]

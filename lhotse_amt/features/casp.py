@@ -123,10 +123,64 @@ class Dau1997Config(AuditoryConfig):
         return config_from_dict(cls, data)
 
 
-class _CASPExtractor(_MUMixing, AuditoryExtractor):
+class _FusedCPU:
+    """Fused time-major CPU feature path (inference on the CPU, ``stage="modulation"``).
+
+    A model opts in through :meth:`_fused_supported` and :meth:`_fused_block_sums`, which
+    runs its chain with the time-major kernels of :mod:`lhotse_amt.kernels.cpu` (the
+    innermost loops run over channels: SIMD across channels) and returns per-block sums
+    of the features, so no sample-rate ``(B, C, M, T)`` tensor is built. The recursions
+    run in float64; in float64 the result equals the stage-wise path to rounding.
+    """
+
+    def _fused_ok(self, model: torch.nn.Module, x: Tensor) -> bool:
+        return (
+            self.config.stage == "modulation"
+            and x.device.type == "cpu"
+            and not torch.is_grad_enabled()
+            and self._fused_supported(model)
+        )
+
+    def _fused_supported(self, model: torch.nn.Module) -> bool:
+        return False
+
+    def _fused_block_sums(
+        self, model: torch.nn.Module, x: Tensor, state: dict, t0: int, ends: list[int]
+    ) -> tuple[Tensor, Any]:  # pragma: no cover - abstract
+        """Block sums ``(B, C, M, ceil(Tc / hop))`` of chunk ``x (B, 1, Tc)`` (of squares
+        for rms pooling) and the new state."""
+        raise NotImplementedError
+
+    def _column_index(self) -> np.ndarray | None:
+        return None
+
+    def _chunk_frames(
+        self,
+        model: torch.nn.Module,
+        x: Tensor,
+        state: Any,
+        t0: int,
+        ends: list[int],
+        frames: list[list[Tensor]],
+    ) -> Any:
+        if not self._fused_ok(model, x):
+            return super()._chunk_frames(model, x, state, t0, ends, frames)  # type: ignore[misc]
+        sums, new = self._fused_block_sums(model, x, state or {}, t0, ends)
+        B, C, M, nblk = sums.shape
+        sums = sums.reshape(B, C * M, nblk)
+        cols = self._column_index()
+        if cols is not None:
+            sums = sums[:, torch.as_tensor(cols)]
+        self._frames_from_block_sums(sums, t0, ends, frames)  # type: ignore[attr-defined]
+        return new
+
+
+class _CASPExtractor(_MUMixing, _FusedCPU, AuditoryExtractor):
     """Common code of the modulation-filterbank extractors."""
 
     stages: ClassVar[tuple[str, ...]] = ("modulation", "adaptation")
+    #: models whose gammatone-IHC-loops-modulation chain the fused CPU path runs
+    _fused_models: ClassVar[tuple[type, ...]] = ()
 
     def _check_config(self) -> None:
         super()._check_config()
@@ -169,58 +223,45 @@ class _CASPExtractor(_MUMixing, AuditoryExtractor):
                 names.append(f"fc={f:.1f}Hz/mfc={m:.2f}Hz")
         return names
 
-    def _fused_ok(self, model: torch.nn.Module, x: Tensor) -> bool:
-        """The fused CPU path applies to the plain gammatone-IHC-loops-modulation chain."""
+    def _fused_supported(self, model: torch.nn.Module) -> bool:
         return (
-            isinstance(model, Dau1997)
-            and self.config.stage == "modulation"
-            and x.device.type == "cpu"
+            isinstance(model, self._fused_models)
             and model.modulation.poles.shape[-1] == 1
-            and not torch.is_grad_enabled()
+            and model.ihc.sos.dim() == 2
+            and model.adaptation.tau.dim() == 1
         )
 
-    def _chunk_frames(
-        self,
-        model: torch.nn.Module,
-        x: Tensor,
-        state: Any,
-        t0: int,
-        ends: list[int],
-        frames: list[list[Tensor]],
-    ) -> Any:
-        if not self._fused_ok(model, x):
-            return super()._chunk_frames(model, x, state, t0, ends, frames)
-        # CPU: time-major kernels (SIMD across channels), the modulation filterbank fused
-        # with pooling: no sample-rate (B, C, M, T) tensor is ever built.
+    def _fused_front(self, model: torch.nn.Module, x: Tensor, state: Any) -> tuple[Tensor, Any]:
+        """Stages before the gammatone filterbank: ``x (B, 1, Tc)`` -> ``(B, Tc)``, state."""
+        return x[:, 0], state
+
+    def _fused_block_sums(
+        self, model: torch.nn.Module, x: Tensor, state: dict, t0: int, ends: list[int]
+    ) -> tuple[Tensor, Any]:
+        # gammatone + half-wave + IHC sections, adaptation loops (time-major), modulation
+        # filterbank fused with pooling
         from ..functional.gammatone import gammatone_poles
         from ..kernels import cpu
 
-        st = state or {}
+        u, front = self._fused_front(model, x, state.get("model"))
         fb, mod = model.filterbank, model.modulation
         pole, gain = gammatone_poles(fb.fc.double(), fb.fs, fb.n, fb.erb_scale.double())
-        ihc, fst = cpu.gammatone_ihc_time_major(x[:, 0], pole, gain, fb.n, model.ihc.sos, st.get("fb"))
-        ad = model.adaptation
-        a, ast = ad(torch.from_numpy(ihc).transpose(1, 2), st.get("adaptation"), return_state=True)
+        ihc, fst = cpu.gammatone_ihc_time_major(u, pole, gain, fb.n, model.ihc.sos, state.get("fb"))
+        a, ast = cpu.adaptation_time_major(ihc, model.adaptation, state.get("adaptation"))
         sums, mstate = cpu.modulation_bank_pooled(
-            a.transpose(1, 2).numpy(),
+            a,
             mod.lp_sos,
             mod.prefilter_sos,
             mod.poles[:, 1:, 0],
             mod.gains[:, 1:, 0],
             mod.use_abs[:, 1:],
             mod.scale,
-            st.get("mod"),
+            state.get("mod"),
             self.hop,
             [n - t0 for n in ends],
             self.config.pooling == "rms",
         )
-        B, C, M, nblk = sums.shape
-        sums = sums.reshape(B, C * M, nblk)
-        cols = self._column_index()
-        if cols is not None:
-            sums = sums[:, torch.as_tensor(cols)]
-        self._frames_from_block_sums(sums, t0, ends, frames)
-        return {"fb": fst, "adaptation": ast, "mod": mstate}
+        return sums, {"model": front, "fb": fst, "adaptation": ast, "mod": mstate}
 
     def _sample_features(self, model: torch.nn.Module, x: Tensor, state: Any) -> tuple[Tensor, Any]:
         st = state or {}
@@ -246,6 +287,7 @@ class Dau1997Extractor(_CASPExtractor):
 
     name = "amt-dau1997"
     config_type = Dau1997Config
+    _fused_models: ClassVar[tuple[type, ...]] = (Dau1997,)
 
     def __init__(self, config: Dau1997Config | None = None) -> None:
         super().__init__(config)
@@ -334,6 +376,12 @@ class Osses2021Extractor(_CASPExtractor):
     name = "amt-osses2021"
     config_type = Osses2021Config
 
+    @property
+    def _fused_models(self) -> tuple[type, ...]:  # type: ignore[override]
+        from ..models.osses2021 import Osses2021
+
+        return (Osses2021,)
+
     def __init__(self, config: Osses2021Config | None = None) -> None:
         super().__init__(config)
 
@@ -373,6 +421,14 @@ class Osses2021Extractor(_CASPExtractor):
             preset=c.preset,
         )
 
+    def _fused_front(self, model: torch.nn.Module, x: Tensor, state: Any) -> tuple[Tensor, Any]:
+        # ear filters (FFT convolution, model dtype) with the model's streaming semantics
+        st = state or {}
+        end = st.get("end")
+        y, hp = model.headphone.stream(x[:, 0], st.get("headphone"), end)
+        y, me = model.middleear.stream(y, st.get("middleear"), end)
+        return y, {"end": end, "headphone": hp, "middleear": me}
+
     def _compute(self, x: Tensor, lengths: list[int]) -> list[Tensor]:
         model = self.model(x.device)
         D = int(model.lookahead)
@@ -390,8 +446,7 @@ class Osses2021Extractor(_CASPExtractor):
         for t0 in range(0, t_needed, chunk):
             t1 = min(t0 + chunk, t_needed)
             a = 0 if t0 == 0 else t0 + D
-            y, state = self._sample_features(model, xp[..., a : t1 + D], state)
-            self._pool(y, ends, t0, frames)
+            state = self._chunk_frames(model, xp[..., a : t1 + D], state, t0, ends, frames)
         out = []
         for b in range(B):
             f = torch.cat(frames[b], -1).transpose(0, 1)
@@ -473,7 +528,7 @@ class King2019Config(AuditoryConfig):
 
 
 @register_extractor
-class King2019Extractor(_KingMixing, AuditoryExtractor):
+class King2019Extractor(_KingMixing, _FusedCPU, AuditoryExtractor):
     """Lhotse extractor ``amt-king2019``: frame-level King et al. (2019) modulation
     representation.
 
@@ -567,50 +622,40 @@ class King2019Extractor(_KingMixing, AuditoryExtractor):
             return [f"fc={f:.1f}Hz" for f in fc]
         return [f"fc={f:.1f}Hz/mfc={m:.2f}Hz" for f in fc for m in mfc]
 
-    def _chunk_frames(
-        self,
-        model: torch.nn.Module,
-        x: Tensor,
-        state: Any,
-        t0: int,
-        ends: list[int],
-        frames: list[list[Tensor]],
-    ) -> Any:
-        mod = getattr(model, "modulation", None)
-        fused = (
-            self.config.stage == "modulation"
-            and x.device.type == "cpu"
-            and mod is not None
-            and mod.poles.shape[-1] == 1
-            and not torch.is_grad_enabled()
-        )
-        if not fused:
-            return super()._chunk_frames(model, x, state, t0, ends, frames)
-        # CPU: modulation filterbank fused with pooling (no sample-rate (B, C, M, T) tensor)
+    def _fused_supported(self, model: torch.nn.Module) -> bool:
+        return model.modulation_filterbank.form == "sos" and model.ihc.sos.dim() == 2
+
+    def _fused_block_sums(
+        self, model: torch.nn.Module, x: Tensor, state: dict, t0: int, ends: list[int]
+    ) -> tuple[Tensor, Any]:
+        # gammatone (time-major kernel), the model's compression (vectorised torch, model
+        # dtype), then IHC, high-pass, band-pass bank and the envelope rule fused with
+        # pooling
+        from ..functional.gammatone import gammatone_poles
         from ..kernels import cpu
 
-        st = state or {}
-        out, new = model.stream(x[:, 0], st.get("model"), upto="adaptation")
-        sums, mstate = cpu.modulation_bank_pooled(
-            out["adaptation"],
-            mod.lp_sos,
-            mod.prefilter_sos,
-            mod.poles[:, 1:, 0],
-            mod.gains[:, 1:, 0],
-            mod.use_abs[:, 1:],
-            mod.scale,
-            st.get("mod"),
+        fb = model.filterbank
+        pole, gain = gammatone_poles(fb.fc.double(), fb.fs, fb.n, fb.erb_scale.double())
+        g, fst = cpu.gammatone_ihc_time_major(x[:, 0], pole, gain, fb.n, None, state.get("fb"))
+        u = model.compression(torch.from_numpy(g).to(model.dtype)).numpy()
+        mfc = model.mfc.detach().double().cpu().numpy()
+        env = (mfc > model.pi_cutoff) & (self.config.envelope == "abs")
+        post = [model.adaptation_filter.sos]
+        if model.lp150_filter is not None:
+            post.append(model.lp150_filter.sos)
+        sums, kst = cpu.king_bank_pooled(
+            u,
+            model.ihc.sos,
+            post,
+            model.modulation_filterbank.sos,
+            np.where(env, np.pi / (2.0 * np.sqrt(2.0)), 1.0),
+            env,
+            state.get("king"),
             self.hop,
             [n - t0 for n in ends],
             self.config.pooling == "rms",
         )
-        B, C, M, nblk = sums.shape
-        sums = sums.reshape(B, C * M, nblk)
-        cols = self._column_index()
-        if cols is not None:
-            sums = sums[:, torch.as_tensor(cols)]
-        self._frames_from_block_sums(sums, t0, ends, frames)
-        return {"model": new, "mod": mstate}
+        return sums, {"fb": fst, "king": kst}
 
     def _sample_features(self, model: torch.nn.Module, x: Tensor, state: Any) -> tuple[Tensor, Any]:
         out, new = model.stream(x[:, 0], state, upto=self.config.stage)

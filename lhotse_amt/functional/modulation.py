@@ -44,42 +44,19 @@ __all__ = [
     "modulation_filterbank",
 ]
 
+_DAU = dict(Q=2.0, max_mfc=150.0, lp_cutoff=2.5, att_factor=1.0, use_upper_limit=False, lp150=False)
+# Jepsen et al. (2008): 150-Hz pre-filter, upper limit 0.25 fc, 1/sqrt(2) above 10 Hz
+_JEPSEN = dict(_DAU, att_factor=1 / math.sqrt(2), use_upper_limit=True, lp150=True)
+
 MODULATION_PRESETS: dict[str, dict] = {
     # torch_amt / CASP presets (max_mfc 150 Hz)
-    "dau1997": dict(
-        Q=2.0, max_mfc=150.0, lp_cutoff=2.5, att_factor=1.0, use_upper_limit=False, lp150=False
-    ),
-    "jepsen2008": dict(
-        Q=2.0,
-        max_mfc=150.0,
-        lp_cutoff=2.5,
-        att_factor=1 / math.sqrt(2),
-        use_upper_limit=True,
-        lp150=True,
-    ),
-    "paulick2024": dict(
-        Q=2.0,
-        max_mfc=150.0,
-        lp_cutoff=2.5,
-        att_factor=1 / math.sqrt(2),
-        use_upper_limit=True,
-        lp150=True,
-    ),
+    "dau1997": _DAU,
+    "jepsen2008": _JEPSEN,
+    "paulick2024": _JEPSEN,
     # the AMT argument groups reproduced by the reference data (upper limit 1000 Hz)
-    "amt-0.9.10": dict(
-        Q=2.0, max_mfc=1000.0, lp_cutoff=2.5, att_factor=1.0, use_upper_limit=True, lp150=False
-    ),
-    "amt-1.4-jepsen2008": dict(
-        Q=2.0,
-        max_mfc=1000.0,
-        lp_cutoff=2.5,
-        att_factor=1 / math.sqrt(2),
-        use_upper_limit=True,
-        lp150=True,
-    ),
-    "amt-1.4-dau1997": dict(
-        Q=2.0, max_mfc=1000.0, lp_cutoff=2.5, att_factor=1.0, use_upper_limit=False, lp150=False
-    ),
+    "amt-0.9.10": dict(_DAU, max_mfc=1000.0, use_upper_limit=True),
+    "amt-1.4-jepsen2008": dict(_JEPSEN, max_mfc=1000.0),
+    "amt-1.4-dau1997": dict(_DAU, max_mfc=1000.0),
 }
 
 

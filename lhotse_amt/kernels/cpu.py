@@ -16,7 +16,9 @@ import math
 import numba
 import numpy as np
 import torch
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
 _NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
 
@@ -449,57 +451,62 @@ def _modbank_pooled_tm(
         for k in range(nblk):
             for c in range(C):
                 acc[k, c] = 0.0
-        # channel views from c0 (loops from 0 keep the indices provably non-negative)
-        wv, ar, ai, cr, ci, gv = w[:, c0:], a_r[c0:], a_i[c0:], c_r[c0:], c_i[c0:], g_m[c0:]
-        xrv, xiv, av = xr[c0:], xi[c0:], acc[:, c0:]
-        if md == 1:
-            _band_abs(wv, ar, ai, gv, xrv, xiv, hop, Tb, square, av)
-        elif md == 0:
-            _band_signed(wv, ar, ai, cr, ci, xrv, xiv, hop, Tb, square, av)
-        else:
-            _band_mixed(wv, ar, ai, cr, ci, gv, xrv, xiv, hop, Tb, square, av)
+        _band_pooled(
+            w, a_r[c0:], a_i[c0:], c_r[c0:], c_i[c0:], g_m[c0:], xr[c0:], xi[c0:],
+            c0, md, hop, Tb, square, acc,
+        )
 
 
 @njit(**_TM)
-def _band_abs(w, a_r, a_i, g_m, xr, xi, hop, Tb, square, acc):  # pragma: no cover
-    C = w.shape[1]
-    for n in range(Tb):
-        k = n // hop
-        for c in range(C):
-            nr = a_r[c] * xr[c] - a_i[c] * xi[c] + w[n, c]
-            ni = a_r[c] * xi[c] + a_i[c] * xr[c]
-            xr[c] = nr
-            xi[c] = ni
-            v = g_m[c] * math.sqrt(nr * nr + ni * ni)
-            acc[k, c] += v * v if square else v
-
-
-@njit(**_TM)
-def _band_signed(w, a_r, a_i, c_r, c_i, xr, xi, hop, Tb, square, acc):  # pragma: no cover
-    C = w.shape[1]
-    for n in range(Tb):
-        k = n // hop
-        for c in range(C):
-            nr = a_r[c] * xr[c] - a_i[c] * xi[c] + w[n, c]
-            ni = a_r[c] * xi[c] + a_i[c] * xr[c]
-            xr[c] = nr
-            xi[c] = ni
-            v = c_r[c] * nr - c_i[c] * ni
-            acc[k, c] += v * v if square else v
-
-
-@njit(**_TM)
-def _band_mixed(w, a_r, a_i, c_r, c_i, g_m, xr, xi, hop, Tb, square, acc):  # pragma: no cover
-    C = w.shape[1]
-    for n in range(Tb):
-        k = n // hop
-        for c in range(C):
-            nr = a_r[c] * xr[c] - a_i[c] * xi[c] + w[n, c]
-            ni = a_r[c] * xi[c] + a_i[c] * xr[c]
-            xr[c] = nr
-            xi[c] = ni
-            v = g_m[c] * math.sqrt(nr * nr + ni * ni) + (c_r[c] * nr - c_i[c] * ni)
-            acc[k, c] += v * v if square else v
+def _band_pooled(w, a_r, a_i, c_r, c_i, g_m, sr, si, c0, md, hop, Tb, square, acc):  # pragma: no cover
+    # one efilt band on channels c0... of w (Tb, C) summed into acc (nblk, C); md: 0 signed,
+    # 1 |.|, 2 both. Contiguous 1-D views, local state copies and a scratch row let LLVM
+    # vectorise the channel loops (indices from 0: provably non-negative).
+    C = a_r.shape[0]
+    xr = sr.copy()
+    xi = si.copy()
+    tmp = np.empty(C)
+    if md == 1:
+        for n in range(Tb):
+            wn = w[n][c0:]
+            for c in range(C):
+                nr = a_r[c] * xr[c] - a_i[c] * xi[c] + wn[c]
+                ni = a_r[c] * xi[c] + a_i[c] * xr[c]
+                xr[c] = nr
+                xi[c] = ni
+                v = g_m[c] * math.sqrt(nr * nr + ni * ni)
+                tmp[c] = v * v if square else v
+            ak = acc[n // hop][c0:]
+            for c in range(C):
+                ak[c] += tmp[c]
+    elif md == 0:
+        for n in range(Tb):
+            wn = w[n][c0:]
+            for c in range(C):
+                nr = a_r[c] * xr[c] - a_i[c] * xi[c] + wn[c]
+                ni = a_r[c] * xi[c] + a_i[c] * xr[c]
+                xr[c] = nr
+                xi[c] = ni
+                v = c_r[c] * nr - c_i[c] * ni
+                tmp[c] = v * v if square else v
+            ak = acc[n // hop][c0:]
+            for c in range(C):
+                ak[c] += tmp[c]
+    else:
+        for n in range(Tb):
+            wn = w[n][c0:]
+            for c in range(C):
+                nr = a_r[c] * xr[c] - a_i[c] * xi[c] + wn[c]
+                ni = a_r[c] * xi[c] + a_i[c] * xr[c]
+                xr[c] = nr
+                xi[c] = ni
+                v = g_m[c] * math.sqrt(nr * nr + ni * ni) + (c_r[c] * nr - c_i[c] * ni)
+                tmp[c] = v * v if square else v
+            ak = acc[n // hop][c0:]
+            for c in range(C):
+                ak[c] += tmp[c]
+    sr[:] = xr
+    si[:] = xi
 
 
 @njit(parallel=True, **_TM)
@@ -590,3 +597,274 @@ def modulation_bank_pooled(
     if prefilter_sos is not None:
         new["pre"] = torch.from_numpy(zpre).permute(0, 3, 1, 2)
     return torch.from_numpy(sums).permute(0, 3, 1, 2), new
+
+
+# --------------------------------------------------------------------------------------
+# Time-major adaptation loops (SIMD across channels)
+# --------------------------------------------------------------------------------------
+
+
+@intrinsic
+def _f64_from_bits(typingctx, i):  # pragma: no cover - compiled
+    sig = types.float64(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return sig, codegen
+
+
+# FMA contraction only (no reassociation, no approximate functions)
+_TMF = dict(_TM, fastmath={"contract"})
+_LN2HI = 6.93147180369123816490e-01
+_LN2LO = 1.90821492927058770002e-10
+_LOG2E = 1.4426950408889634
+
+
+@njit(inline="always", **_TMF)
+def _exp_nonpos(u):  # pragma: no cover - compiled
+    # exp(u) for -37.5 <= u <= 0 without a library call (vectorisable): u = k ln2 + r,
+    # |r| <= ln2 / 2, degree-12 Taylor polynomial (Estrin), 2^k from the exponent bits;
+    # relative error ~1e-16
+    k = np.floor(u * _LOG2E + 0.5)
+    r = (u - k * _LN2HI) - k * _LN2LO
+    r2 = r * r
+    r4 = r2 * r2
+    q0 = (1.0 + r) + (0.5 + r * (1.0 / 6.0)) * r2
+    q1 = (1.0 / 24.0 + r * (1.0 / 120.0)) + (1.0 / 720.0 + r * (1.0 / 5040.0)) * r2
+    q2 = (1.0 / 40320.0 + r * (1.0 / 362880.0)) + (1.0 / 3628800.0 + r * (1.0 / 39916800.0)) * r2
+    p = (q0 + q1 * r4) + (q2 + r4 * (1.0 / 479001600.0)) * (r4 * r4)
+    return p * _f64_from_bits((np.int64(k) + 1023) << 52)
+
+
+@njit(**_TMF)
+def _adaptation_tm(x, a, b, m, q, minlvl, use_limit, off, scale, s, y):  # pragma: no cover
+    # x (T, C); a, b = 1 - a, m, q = -2 / m: (J, C); states s (J, C); y (T, C) in model
+    # units ((v - off) * scale). The limiter is evaluated branch-free on every channel
+    # (selected where v > 1); its exp argument is clamped at -37.5, below which
+    # 1 + exp(u) == 1 in float64 exactly as with the library exp.
+    T, C = x.shape
+    J = a.shape[0]
+    # channels padded to a multiple of 8 (no scalar remainder loops; the padding lanes
+    # run on copies of channel 0 and are discarded)
+    P = (C + 7) // 8 * 8
+    st = np.empty((J, P))
+    aa = np.empty((J, P))
+    bb = np.empty((J, P))
+    mm = np.empty((J, P))
+    qq = np.empty((J, P))
+    for j in range(J):
+        for c in range(P):
+            i = c if c < C else 0
+            st[j, c] = s[j, i]
+            aa[j, c] = a[j, i]
+            bb[j, c] = b[j, i]
+            mm[j, c] = m[j, i]
+            qq[j, c] = q[j, i]
+    v = np.empty(P)
+    for c in range(P):
+        v[c] = minlvl
+    for n in range(T):
+        xn = x[n]
+        for c in range(C):
+            w = xn[c]
+            v[c] = w if w > minlvl else minlvl
+        for c in range(C, P):
+            v[c] = minlvl
+        for j in range(J):
+            sj = st[j]
+            aj = aa[j]
+            bj = bb[j]
+            mj = mm[j]
+            qj = qq[j]
+            for c in range(P):
+                w = v[c] / sj[c]
+                if use_limit:
+                    u = (w - 1.0) * qj[c]
+                    u = u if u > -37.5 else -37.5
+                    u = u if u < 0.0 else 0.0
+                    lim = 2.0 * mj[c] / (1.0 + _exp_nonpos(u)) - (mj[c] - 1.0)
+                    w = lim if w > 1.0 else w
+                v[c] = w
+                sj[c] = aj[c] * sj[c] + bj[c] * w
+        yn = y[n]
+        for c in range(C):
+            yn[c] = (v[c] - off) * scale
+    for j in range(J):
+        for c in range(C):
+            s[j, c] = st[j, c]
+
+
+@njit(parallel=True, **_TMF)
+def _adaptation_tm_batch(x, a, b, m, q, minlvl, use_limit, off, scale, s, y):  # pragma: no cover
+    for i in prange(x.shape[0]):
+        _adaptation_tm(x[i], a, b, m, q, minlvl, use_limit, off, scale, s[i], y[i])
+
+
+def adaptation_time_major(
+    u: np.ndarray, module: torch.nn.Module, state: torch.Tensor | None
+) -> tuple[np.ndarray, torch.Tensor]:
+    """:class:`lhotse_amt.modules.AdaptationLoops` on the time-major IHC output
+    ``u (B, T, C)`` (float64, channels in SIMD lanes). Returns the output in model units
+    ``(B, T, C)`` and the states in the module's layout ``(B, C, J)``.
+
+    Agrees with :func:`lhotse_amt.functional.adaptation.adaptation_loops_reference` to
+    ~1e-14 relative (the library ``exp`` of the overshoot limiter is replaced by an
+    accurate inline one; ``-2 (v - 1) / m`` is a multiplication by ``-2 / m``).
+    """
+    from ..functional.adaptation import adaptation_coefficients
+
+    _threads()
+    u = np.ascontiguousarray(u, dtype=np.float64)
+    B, T, C = u.shape
+    tau = module.tau.detach().to("cpu", torch.float64)
+    minlvl = 10.0 ** ((module.minspl - module.dboffset) / 20.0)
+    a, m, s0 = adaptation_coefficients(tau, module.fs, module.limit, minlvl)
+    J = a.shape[-1]
+    a2 = np.ascontiguousarray(np.broadcast_to(a.numpy()[:, None], (J, C)))
+    m2 = np.ascontiguousarray(np.broadcast_to(m.numpy()[:, None], (J, C)))
+    if state is None:
+        s = np.ascontiguousarray(np.broadcast_to(s0.numpy()[None, :, None], (B, J, C)))
+    else:
+        s = np.ascontiguousarray(_np(state).astype(np.float64).transpose(0, 2, 1))
+    off = minlvl ** (1.0 / 2.0**J)
+    use_limit = module.limit > 1.0
+    with np.errstate(divide="ignore"):
+        q = -2.0 / m2 if use_limit else np.zeros_like(m2)
+    y = np.empty_like(u)
+    _adaptation_tm_batch(
+        u, a2, 1.0 - a2, m2, q, minlvl, use_limit, off, 100.0 / (1.0 - off), s, y
+    )
+    return y, torch.from_numpy(s).transpose(1, 2)
+
+
+# --------------------------------------------------------------------------------------
+# King et al. (2019) chain after the compression, fused with frame pooling (time-major)
+# --------------------------------------------------------------------------------------
+
+
+@njit(**_TM)
+def _sections_tm(v, sos, z0, z1):  # pragma: no cover - compiled
+    # one sample of S shared second-order sections on the channel row v (in place);
+    # states z0/z1 (S, C)
+    C = v.shape[0]
+    for s in range(sos.shape[0]):
+        b0, b1, b2, a1, a2 = sos[s, 0], sos[s, 1], sos[s, 2], sos[s, 4], sos[s, 5]
+        r0 = z0[s]
+        r1 = z1[s]
+        for c in range(C):
+            x = v[c]
+            out = b0 * x + r0[c]
+            r0[c] = b1 * x - a1 * out + r1[c]
+            r1[c] = b2 * x - a2 * out
+            v[c] = out
+
+
+@njit(**_TM)
+def _king_pooled_tm(
+    u, ihc, zi0, zi1, post, zp0, zp1, bank, zb0, zb1, gain, use_abs, hop, end, square, sums
+):  # pragma: no cover - compiled
+    # u (T, C) compressed gammatone output; ihc (S1, 6) after half-wave rectification,
+    # post (S2, 6) (high-pass, optional low-pass); states (S, C); bank (M, S3, 6), states
+    # zb0/zb1 (M, S3, C); band m output times gain[m], |.| if use_abs[m]; sums (M, nblk, C)
+    T, C = u.shape
+    M = bank.shape[0]
+    Tb = min(T, end)
+    w = np.empty((Tb, C))
+    a0 = zi0.copy()
+    a1 = zi1.copy()
+    p0 = zp0.copy()
+    p1 = zp1.copy()
+    v = np.empty(C)
+    for n in range(Tb):
+        un = u[n]
+        for c in range(C):
+            x = un[c]
+            v[c] = x if x > 0.0 else 0.0
+        _sections_tm(v, ihc, a0, a1)
+        _sections_tm(v, post, p0, p1)
+        wn = w[n]
+        for c in range(C):
+            wn[c] = v[c]
+    zi0[:] = a0
+    zi1[:] = a1
+    zp0[:] = p0
+    zp1[:] = p1
+    for m in range(M):
+        b0 = zb0[m].copy()
+        b1 = zb1[m].copy()
+        sos = bank[m]
+        g = gain[m]
+        ab = use_abs[m]
+        acc = sums[m]
+        for n in range(Tb):
+            wn = w[n]
+            for c in range(C):
+                v[c] = wn[c]
+            _sections_tm(v, sos, b0, b1)
+            ak = acc[n // hop]
+            if ab:
+                for c in range(C):
+                    y = g * abs(v[c])
+                    ak[c] += y * y if square else y
+            else:
+                for c in range(C):
+                    y = g * v[c]
+                    ak[c] += y * y if square else y
+        zb0[m] = b0
+        zb1[m] = b1
+
+
+@njit(parallel=True, **_TM)
+def _king_pooled_tm_batch(
+    u, ihc, zi0, zi1, post, zp0, zp1, bank, zb0, zb1, gain, use_abs, hop, ends, square, sums
+):  # pragma: no cover - compiled
+    for b in prange(u.shape[0]):
+        _king_pooled_tm(
+            u[b], ihc, zi0[b], zi1[b], post, zp0[b], zp1[b], bank, zb0[b], zb1[b], gain,
+            use_abs, hop, ends[b], square, sums[b],
+        )
+
+
+def king_bank_pooled(
+    u: np.ndarray,
+    ihc_sos: torch.Tensor,
+    post_sos: list[torch.Tensor],
+    bank_sos: torch.Tensor,
+    gain: np.ndarray,
+    use_abs: np.ndarray,
+    state: dict | None,
+    hop: int,
+    ends: list[int],
+    square: bool,
+) -> tuple[torch.Tensor, dict]:
+    """King et al. (2019) stages after the compression on the time-major ``u (B, T, C)``:
+    half-wave rectification + IHC sections, the ``post_sos`` filters (the 3-Hz high-pass,
+    optionally the 150-Hz low-pass) and the band-pass bank ``bank_sos (M, S, 6)``; band
+    ``m`` is multiplied by ``gain[m]`` (``|.|`` first where ``use_abs[m]``) and summed
+    over blocks of ``hop`` samples (samples at or after ``ends[b]`` unused). Float64
+    recursion as the unfused stages. Returns sums ``(B, C, M, ceil(T / hop))`` and the
+    state (numpy arrays, this function's own layout)."""
+    _threads()
+    u = np.ascontiguousarray(u, dtype=np.float64)
+    B, T, C = u.shape
+    ihc = _np(ihc_sos).astype(np.float64).reshape(-1, 6)
+    post = np.concatenate(
+        [_np(s).astype(np.float64).reshape(-1, 6) for s in post_sos] or [np.zeros((0, 6))]
+    )
+    bank = np.ascontiguousarray(_np(bank_sos).astype(np.float64))
+    M, S3 = bank.shape[0], bank.shape[1]
+    st = state or {
+        "ihc": np.zeros((B, 2, ihc.shape[0], C)),
+        "post": np.zeros((B, 2, post.shape[0], C)),
+        "bank": np.zeros((B, 2, M, S3, C)),
+    }
+    zi, zp, zb = st["ihc"], st["post"], st["bank"]
+    nblk = -(-T // hop)
+    sums = np.zeros((B, M, nblk, C))
+    _king_pooled_tm_batch(
+        u, ihc, zi[:, 0], zi[:, 1], post, zp[:, 0], zp[:, 1], bank, zb[:, 0], zb[:, 1],
+        np.asarray(gain, np.float64), np.asarray(use_abs, np.bool_), int(hop),
+        np.asarray(ends, dtype=np.int64), bool(square), sums,
+    )
+    return torch.from_numpy(sums).permute(0, 3, 1, 2), {"ihc": zi, "post": zp, "bank": zb}

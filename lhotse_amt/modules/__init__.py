@@ -3,9 +3,11 @@ designed once in ``__init__`` and stored as buffers (or parameters with ``learna
 
 from .adaptation import AdaptationLoops, AdaptLoop
 from .compression import BrokenStickCompression, PowerCompression
+from .drnl import DRNLFilterbank
 from .ear import HeadphoneFilter, MiddleEarFilter
 from .gammatone import GammatoneFilterbank
 from .ihc import IHCEnvelope
+from .ihc_paulick import IHCPaulick2024
 from .king2019_modulation import ButterworthFilter, King2019ModulationFilterbank
 from .modulation import ModulationFilterbank
 
@@ -14,9 +16,11 @@ __all__ = [
     "AdaptLoop",
     "BrokenStickCompression",
     "ButterworthFilter",
+    "DRNLFilterbank",
     "GammatoneFilterbank",
     "HeadphoneFilter",
     "IHCEnvelope",
+    "IHCPaulick2024",
     "King2019ModulationFilterbank",
     "MiddleEarFilter",
     "ModulationFilterbank",

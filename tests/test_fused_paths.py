@@ -1,0 +1,99 @@
+"""Fused time-major CPU feature paths (Dau1997, Osses2021, King2019 extractors): equal to
+the stage-wise paths, chunked == one-shot, batch == single."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lhotse_amt.features.casp import (
+    Dau1997Config,
+    Dau1997Extractor,
+    King2019Config,
+    King2019Extractor,
+    Osses2021Config,
+    Osses2021Extractor,
+)
+
+FS = 16000
+
+
+def _signal(seconds: float, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    n = int(seconds * FS)
+    x = rng.standard_normal(n) * 10 ** ((60 - 100) / 20)
+    x[: n // 4] *= 0.01  # quiet start, then an onset (overshoot limiter active)
+    return x.astype(np.float32)
+
+
+CASES = {
+    "dau1997": (Dau1997Extractor, Dau1997Config, {}),
+    "dau1997-rms": (Dau1997Extractor, Dau1997Config, {"pooling": "rms"}),
+    "osses2021": (Osses2021Extractor, Osses2021Config, {}),
+    "osses2021-amt": (Osses2021Extractor, Osses2021Config, {"preset": "amt-1.4"}),
+    "king2019": (King2019Extractor, King2019Config, {}),
+    "king2019-rms": (King2019Extractor, King2019Config, {"pooling": "rms", "lp_150hz": True}),
+}
+
+
+def _extractor(case: str, **kw) -> object:
+    cls, cfg, extra = CASES[case]
+    args = dict(sampling_rate=FS, flow=500.0, fhigh=4000.0, chunk_duration=0.25)
+    args.update(extra)
+    args.update(kw)
+    return cls(cfg(**args))
+
+
+def _unfused(ex: object) -> object:
+    ex._fused_ok = lambda model, x: False  # type: ignore[attr-defined]
+    return ex
+
+
+def _frames(ex: object, x: np.ndarray) -> np.ndarray:
+    """Frames before the float32 output cast (the extractor's computation dtype)."""
+    t = torch.from_numpy(x.astype(np.float64))[None, None].to(ex.torch_dtype)
+    with torch.inference_mode():
+        (f,) = ex._compute(t, [x.shape[-1]])
+    return f.double().numpy()
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_fused_path_is_taken(case: str) -> None:
+    ex = _extractor(case)
+    x = torch.zeros(1, 1, 100)
+    with torch.inference_mode():
+        assert ex._fused_ok(ex.model("cpu"), x)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("dtype,tol", [("float64", 1e-10), ("float32", 1e-5)])
+def test_fused_equals_unfused(case: str, dtype: str, tol: float) -> None:
+    x = _signal(0.7)
+    fused = _frames(_extractor(case, dtype=dtype), x)
+    ref = _frames(_unfused(_extractor(case, dtype=dtype)), x)
+    assert fused.shape == ref.shape
+    assert _rel(fused, ref) <= tol
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_fused_chunked_equals_one_shot(case: str) -> None:
+    x = _signal(0.93, seed=1)
+    a = _extractor(case, dtype="float64", chunk_duration=0.05).extract(x, FS)
+    b = _extractor(case, dtype="float64", chunk_duration=10.0).extract(x, FS)
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * np.abs(b).max())
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_fused_batch_equals_single(case: str) -> None:
+    xs = [_signal(0.5, seed=2), _signal(0.8137, seed=3), _signal(0.3, seed=4)]
+    ex = _extractor(case, dtype="float64", chunk_duration=0.1)
+    batch = ex.extract_batch(xs, FS)
+    for x, f in zip(xs, batch):
+        single = ex.extract(x, FS)
+        assert f.shape == single.shape
+        np.testing.assert_allclose(f, single, rtol=1e-6, atol=1e-6 * np.abs(single).max())
