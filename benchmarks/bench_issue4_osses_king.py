@@ -1,13 +1,17 @@
 """Real-time factor of the Osses2021 and King2019 models and extractors (CPU, one thread).
 
-RTF = processing time / audio duration at 44.1 kHz for noise at 65 dB SPL (AMT scale,
-rms 1 = 100 dB SPL), float32, for 1 s and 10 s, batch 1 and 8 (batch RTF is per second
-of audio, i.e. time / (batch x duration)). Model forward = the full model (Osses2021:
-list of modulation bands; King2019: phase-insensitive (B, T, F, M) output); extractor =
-``extract_batch`` of the registered ``amt-*`` extractor with its default config at 44.1 kHz
-(10-ms frames, 2-s chunks). Prints the peak resident set size after each block.
+RTF = processing (CPU) time / audio duration at 44.1 kHz for noise at 65 dB SPL (AMT
+scale, rms 1 = 100 dB SPL), float32, one thread, for 1 s and 10 s, batch 1 and 8 (batch
+RTF is per second of audio, i.e. time / (batch x duration)). Model forward = the full
+model (Osses2021: list of modulation bands; King2019: phase-insensitive (B, T, F, M)
+output); extractor = ``extract_batch`` of the registered ``amt-*`` extractor with its
+default config at 44.1 kHz (10-ms frames, 2-s chunks): ``fused`` is the default
+(time-major fused CPU path), ``stagewise`` the same extractor with the fused path off,
+timed alternately in the same process (best of ``--reps``). Prints the peak resident set
+size after each row.
 
     python benchmarks/bench_issue4_osses_king.py [--durations 1 10] [--batches 1 8]
+        [--reps 3] [--what forward fused stagewise]
 """
 
 from __future__ import annotations
@@ -42,46 +46,68 @@ def peak_rss_mb() -> float:
 
 
 def timed(fn, reps: int = 1) -> float:
+    """Best CPU (process) time of ``reps`` runs after a warm-up (the machine may be
+    shared: process time is not inflated by other processes' load)."""
     fn()  # warm-up (numba compilation, caches)
-    t = time.perf_counter()
+    best = float("inf")
     for _ in range(reps):
+        t = time.process_time()
         fn()
-    return (time.perf_counter() - t) / reps
+        best = min(best, time.process_time() - t)
+    return best
+
+
+def stagewise(ex):
+    """The extractor with the fused CPU path switched off (stage-wise model + pooling)."""
+    ex._fused_ok = lambda model, x: False
+    return ex
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--durations", type=float, nargs="+", default=[1.0, 10.0])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument(
+        "--what", nargs="+", default=["fused", "stagewise"], help="forward fused stagewise"
+    )
     args = ap.parse_args()
     torch.set_num_threads(1)
     models = {
-        "osses2021": (Osses2021(FS), Osses2021Extractor(Osses2021Config(sampling_rate=FS))),
-        "king2019": (King2019(FS), King2019Extractor(King2019Config(sampling_rate=FS))),
+        "osses2021": (
+            Osses2021(FS),
+            Osses2021Extractor(Osses2021Config(sampling_rate=FS)),
+            stagewise(Osses2021Extractor(Osses2021Config(sampling_rate=FS))),
+        ),
+        "king2019": (
+            King2019(FS),
+            King2019Extractor(King2019Config(sampling_rate=FS)),
+            stagewise(King2019Extractor(King2019Config(sampling_rate=FS))),
+        ),
     }
-    print(f"fs={FS} Hz, float32, torch threads={torch.get_num_threads()}")
+    print(f"fs={FS} Hz, float32, torch threads={torch.get_num_threads()}, best of {args.reps}")
     print(f"{'model':<10} {'what':<9} {'dur':>5} {'batch':>5} {'RTF':>8} {'peak RSS MB':>12}")
-    for name, (model, ex) in models.items():
-        for what in ("forward", "extractor"):
-            for dur in args.durations:
-                for B in args.batches:
-                    x = noise(dur, B)
-                    if what == "forward":
-
-                        def fn(x=x, model=model):
-                            with torch.inference_mode():
-                                model(x)
-                    else:
-                        xs = list(x.numpy())
-
-                        def fn(xs=xs, ex=ex):
-                            ex.extract_batch(xs, FS)
-
-                    t = timed(fn)
-                    rtf = t / (dur * B)
+    for name, (model, ex, ex_sw) in models.items():
+        for dur in args.durations:
+            for B in args.batches:
+                x = noise(dur, B)
+                xs = list(x.numpy())
+                fns = {
+                    "forward": lambda x=x, model=model: _forward(model, x),
+                    "fused": lambda xs=xs, ex=ex: ex.extract_batch(xs, FS),
+                    "stagewise": lambda xs=xs, ex=ex_sw: ex.extract_batch(xs, FS),
+                }
+                for what in args.what:
+                    rtf = timed(fns[what], args.reps) / (dur * B)
                     print(
-                        f"{name:<10} {what:<9} {dur:>5g} {B:>5d} {rtf:>8.4f} {peak_rss_mb():>12.0f}"
+                        f"{name:<10} {what:<9} {dur:>5g} {B:>5d} {rtf:>8.4f} {peak_rss_mb():>12.0f}",
+                        flush=True,
                     )
+
+
+def _forward(model, x):
+    with torch.inference_mode():
+        model(x)
 
 
 if __name__ == "__main__":

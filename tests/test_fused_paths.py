@@ -71,13 +71,26 @@ def test_fused_path_is_taken(case: str) -> None:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("dtype,tol", [("float64", 1e-10), ("float32", 1e-5)])
-def test_fused_equals_unfused(case: str, dtype: str, tol: float) -> None:
+def test_fused_equals_unfused_float64(case: str) -> None:
     x = _signal(0.7)
-    fused = _frames(_extractor(case, dtype=dtype), x)
-    ref = _frames(_unfused(_extractor(case, dtype=dtype)), x)
+    fused = _frames(_extractor(case, dtype="float64"), x)
+    ref = _frames(_unfused(_extractor(case, dtype="float64")), x)
     assert fused.shape == ref.shape
-    assert _rel(fused, ref) <= tol
+    assert _rel(fused, ref) <= 1e-10
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_fused_float32(case: str) -> None:
+    # the fused path runs its recursions in float64 whatever the config dtype: with
+    # dtype="float32" it is within 1e-5 of the float64 result; the float32 stage-wise
+    # path carries its own float32 error (~7e-5 for Osses2021), so the two float32 paths
+    # agree within that error
+    x = _signal(0.7)
+    truth = _frames(_unfused(_extractor(case, dtype="float64")), x)
+    fused = _frames(_extractor(case, dtype="float32"), x)
+    ref = _frames(_unfused(_extractor(case, dtype="float32")), x)
+    assert _rel(fused, truth) <= 1e-5
+    assert _rel(fused, ref) <= max(1e-5, 1.1 * _rel(ref, truth) + 1e-5)
 
 
 @pytest.mark.parametrize("case", list(CASES))

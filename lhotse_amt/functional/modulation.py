@@ -204,6 +204,21 @@ def modulation_filterbank(
         ``(..., C, M, T)`` with zeros in padded bands (and the new state).
     """
     state = state or {}
+    P = poles.shape[-1]
+    if resolve_backend(backend, x, poles, gains) == "numba" and P == 1 and poles.shape[-2] > 1:
+        from ..kernels.modbank import modulation_bank
+
+        out, st = modulation_bank(
+            x,
+            lp_sos,
+            prefilter_sos,
+            poles[:, 1:, 0],
+            gains[:, 1:, 0],
+            use_abs[:, 1:],
+            scale,
+            state,
+        )
+        return (out, st) if return_state else out
     new_state: dict[str, Tensor] = {}
     u = x
     if prefilter_sos is not None:

@@ -312,43 +312,71 @@ def efilt_bank(
 _TM = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
+@njit(**_TM)
+def _gammatone_ihc_tm1(x, pr, pi, g2, K, zr, zi, sos, z0, z1, rect, y):  # pragma: no cover
+    # one item: x (T,); pole pr/pi, 2 x real gain g2 (C,); states zr/zi (K, C); IHC
+    # sections sos (S, 6), states z0/z1 (S, C); y (T, C). Every channel loop is innermost
+    # over contiguous rows of local copies, so LLVM vectorises it (SIMD across channels).
+    T = x.shape[0]
+    C = pr.shape[0]
+    S = sos.shape[0]
+    sr = zr.copy()
+    si = zi.copy()
+    a0 = z0.copy()
+    a1 = z1.copy()
+    ur = np.empty(C)
+    ui = np.empty(C)
+    for n in range(T):
+        v = x[n]
+        for c in range(C):
+            ur[c] = v
+            ui[c] = 0.0
+        for k in range(K):
+            rr = sr[k]
+            ri = si[k]
+            for c in range(C):
+                nr = pr[c] * rr[c] - pi[c] * ri[c] + ur[c]
+                ni = pr[c] * ri[c] + pi[c] * rr[c] + ui[c]
+                rr[c] = nr
+                ri[c] = ni
+                ur[c] = nr
+                ui[c] = ni
+        if rect:
+            for c in range(C):
+                w = g2[c] * ur[c]
+                ur[c] = w if w > 0.0 else 0.0
+        else:
+            for c in range(C):
+                ur[c] = g2[c] * ur[c]
+        for s in range(S):
+            b0, b1, b2, c1, c2 = sos[s, 0], sos[s, 1], sos[s, 2], sos[s, 4], sos[s, 5]
+            r0 = a0[s]
+            r1 = a1[s]
+            for c in range(C):
+                w = ur[c]
+                out = b0 * w + r0[c]
+                r0[c] = b1 * w - c1 * out + r1[c]
+                r1[c] = b2 * w - c2 * out
+                ur[c] = out
+        yn = y[n]
+        for c in range(C):
+            yn[c] = ur[c]
+    zr[:] = sr
+    zi[:] = si
+    z0[:] = a0
+    z1[:] = a1
+
+
 @njit(parallel=True, **_TM)
 def _gammatone_ihc_tm(x, pr, pi, g, K, zr, zi, sos, zs, rect, y):  # pragma: no cover
     # x (B, T); pole pr/pi, real gain g (C,); states zr/zi (B, K, C); IHC sections
     # sos (S, 6) shared by all channels, states zs (B, S, 2, C); y (B, T, C) = IHC output
     # (rect: half-wave rectification before the sections; S = 0, rect False: gammatone)
-    B, T = x.shape
-    C = pr.shape[0]
-    S = sos.shape[0]
-    for b in prange(B):
-        sr = zr[b].copy()
-        si = zi[b].copy()
-        z = zs[b].copy()
-        for n in range(T):
-            v = x[b, n]
-            yb = y[b, n]
-            for c in range(C):
-                ur = v
-                ui = 0.0
-                for k in range(K):
-                    nr = pr[c] * sr[k, c] - pi[c] * si[k, c] + ur
-                    ni = pr[c] * si[k, c] + pi[c] * sr[k, c] + ui
-                    sr[k, c] = nr
-                    si[k, c] = ni
-                    ur = nr
-                    ui = ni
-                w = 2.0 * g[c] * ur
-                if rect:
-                    w = w if w > 0.0 else 0.0
-                for s in range(S):
-                    out = sos[s, 0] * w + z[s, 0, c]
-                    z[s, 0, c] = sos[s, 1] * w - sos[s, 4] * out + z[s, 1, c]
-                    z[s, 1, c] = sos[s, 2] * w - sos[s, 5] * out
-                    w = out
-                yb[c] = w
-        zr[b] = sr
-        zi[b] = si
-        zs[b] = z
+    g2 = 2.0 * g
+    for b in prange(x.shape[0]):
+        _gammatone_ihc_tm1(
+            x[b], pr, pi, g2, K, zr[b], zi[b], sos, zs[b, :, 0], zs[b, :, 1], rect, y[b]
+        )
 
 
 def gammatone_ihc_time_major(
@@ -388,8 +416,17 @@ def gammatone_ihc_time_major(
         zs = np.zeros((B, S, 2, C))
     y = np.empty((B, T, C))
     _gammatone_ihc_tm(
-        xn, np.ascontiguousarray(p.real), np.ascontiguousarray(p.imag),
-        _np(gain).astype(np.float64), order, zr, zi, sos, zs, rect, y,
+        xn,
+        np.ascontiguousarray(p.real),
+        np.ascontiguousarray(p.imag),
+        _np(gain).astype(np.float64),
+        order,
+        zr,
+        zi,
+        sos,
+        zs,
+        rect,
+        y,
     )
     fb = torch.complex(torch.from_numpy(zr), torch.from_numpy(zi)).transpose(1, 2)
     new = {"filterbank": fb}
@@ -409,7 +446,7 @@ def _modbank_pooled_tm(
     # states sr/si (M, C); sums (M + 1, nblk, C); samples >= end unused
     T, C = u.shape
     M = pr.shape[0]
-    Tb = min(T, end)
+    Tb = max(0, min(T, end))
     nblk = (Tb + hop - 1) // hop
     w = np.empty((Tb, C))
     for n in range(Tb):
@@ -452,13 +489,27 @@ def _modbank_pooled_tm(
             for c in range(C):
                 acc[k, c] = 0.0
         _band_pooled(
-            w, a_r[c0:], a_i[c0:], c_r[c0:], c_i[c0:], g_m[c0:], xr[c0:], xi[c0:],
-            c0, md, hop, Tb, square, acc,
+            w,
+            a_r[c0:],
+            a_i[c0:],
+            c_r[c0:],
+            c_i[c0:],
+            g_m[c0:],
+            xr[c0:],
+            xi[c0:],
+            c0,
+            md,
+            hop,
+            Tb,
+            square,
+            acc,
         )
 
 
 @njit(**_TM)
-def _band_pooled(w, a_r, a_i, c_r, c_i, g_m, sr, si, c0, md, hop, Tb, square, acc):  # pragma: no cover
+def _band_pooled(
+    w, a_r, a_i, c_r, c_i, g_m, sr, si, c0, md, hop, Tb, square, acc
+):  # pragma: no cover
     # one efilt band on channels c0... of w (Tb, C) summed into acc (nblk, C); md: 0 signed,
     # 1 |.|, 2 both. Contiguous 1-D views, local state copies and a scratch row let LLVM
     # vectorise the channel loops (indices from 0: provably non-negative).
@@ -515,8 +566,25 @@ def _modbank_pooled_tm_batch(
 ):  # pragma: no cover - compiled
     for b in prange(u.shape[0]):
         _modbank_pooled_tm(
-            u[b], pre, zpre[b], lp, zlp[b], pr, pi, gr, gi, gm, mode, clo, sc0, sr[b], si[b],
-            hop, ends[b], square, sums[b],
+            u[b],
+            pre,
+            zpre[b],
+            lp,
+            zlp[b],
+            pr,
+            pi,
+            gr,
+            gi,
+            gm,
+            mode,
+            clo,
+            sc0,
+            sr[b],
+            si[b],
+            hop,
+            ends[b],
+            square,
+            sums[b],
         )
 
 
@@ -584,11 +652,25 @@ def modulation_bank_pooled(
     nblk = -(-T // hop)
     sums = np.zeros((B, M + 1, nblk, C))
     _modbank_pooled_tm_batch(
-        u, pre, zpre, lp, zlp,
-        np.ascontiguousarray(p.real), np.ascontiguousarray(p.imag),
-        np.ascontiguousarray(gr), np.ascontiguousarray(gi), np.ascontiguousarray(gm),
-        mode, clo, np.ascontiguousarray(sc[0]),
-        sr, si, int(hop), np.asarray(ends, dtype=np.int64), bool(square), sums,
+        u,
+        pre,
+        zpre,
+        lp,
+        zlp,
+        np.ascontiguousarray(p.real),
+        np.ascontiguousarray(p.imag),
+        np.ascontiguousarray(gr),
+        np.ascontiguousarray(gi),
+        np.ascontiguousarray(gm),
+        mode,
+        clo,
+        np.ascontiguousarray(sc[0]),
+        sr,
+        si,
+        int(hop),
+        np.asarray(ends, dtype=np.int64),
+        bool(square),
+        sums,
     )
     new = {
         "lp": torch.from_numpy(zlp).permute(0, 3, 1, 2),
@@ -732,9 +814,7 @@ def adaptation_time_major(
     with np.errstate(divide="ignore"):
         q = -2.0 / m2 if use_limit else np.zeros_like(m2)
     y = np.empty_like(u)
-    _adaptation_tm_batch(
-        u, a2, 1.0 - a2, m2, q, minlvl, use_limit, off, 100.0 / (1.0 - off), s, y
-    )
+    _adaptation_tm_batch(u, a2, 1.0 - a2, m2, q, minlvl, use_limit, off, 100.0 / (1.0 - off), s, y)
     return y, torch.from_numpy(s).transpose(1, 2)
 
 
@@ -769,7 +849,7 @@ def _king_pooled_tm(
     # zb0/zb1 (M, S3, C); band m output times gain[m], |.| if use_abs[m]; sums (M, nblk, C)
     T, C = u.shape
     M = bank.shape[0]
-    Tb = min(T, end)
+    Tb = max(0, min(T, end))
     w = np.empty((Tb, C))
     a0 = zi0.copy()
     a1 = zi1.copy()
@@ -821,8 +901,22 @@ def _king_pooled_tm_batch(
 ):  # pragma: no cover - compiled
     for b in prange(u.shape[0]):
         _king_pooled_tm(
-            u[b], ihc, zi0[b], zi1[b], post, zp0[b], zp1[b], bank, zb0[b], zb1[b], gain,
-            use_abs, hop, ends[b], square, sums[b],
+            u[b],
+            ihc,
+            zi0[b],
+            zi1[b],
+            post,
+            zp0[b],
+            zp1[b],
+            bank,
+            zb0[b],
+            zb1[b],
+            gain,
+            use_abs,
+            hop,
+            ends[b],
+            square,
+            sums[b],
         )
 
 
@@ -863,8 +957,21 @@ def king_bank_pooled(
     nblk = -(-T // hop)
     sums = np.zeros((B, M, nblk, C))
     _king_pooled_tm_batch(
-        u, ihc, zi[:, 0], zi[:, 1], post, zp[:, 0], zp[:, 1], bank, zb[:, 0], zb[:, 1],
-        np.asarray(gain, np.float64), np.asarray(use_abs, np.bool_), int(hop),
-        np.asarray(ends, dtype=np.int64), bool(square), sums,
+        u,
+        ihc,
+        zi[:, 0],
+        zi[:, 1],
+        post,
+        zp[:, 0],
+        zp[:, 1],
+        bank,
+        zb[:, 0],
+        zb[:, 1],
+        np.asarray(gain, np.float64),
+        np.asarray(use_abs, np.bool_),
+        int(hop),
+        np.asarray(ends, dtype=np.int64),
+        bool(square),
+        sums,
     )
     return torch.from_numpy(sums).permute(0, 3, 1, 2), {"ihc": zi, "post": zp, "bank": zb}

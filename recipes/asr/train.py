@@ -77,6 +77,7 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     d.add_argument("--num-dev", type=int, default=100)
     d.add_argument("--num-test", type=int, default=200)
     d.add_argument("--max-words", type=int, default=4, help="synthetic sentence length")
+    d.add_argument("--min-words", type=int, default=2)
     d.add_argument("--max-cut-duration", type=float, default=20.0, help="drop longer cuts")
     d.add_argument("--snrs", type=float, nargs="*", default=[10.0, 0.0],
                    help="test SNRs (dB) of the noise conditions (clean is always tested)")
@@ -141,6 +142,7 @@ def load_data(a: argparse.Namespace) -> tuple[dict[str, CutSet], CutSet]:
             a.data_dir,
             {"train": a.num_train, "dev": a.num_dev, "test": a.num_test},
             max_words=a.max_words,
+            min_words=min(a.min_words, a.max_words),
             seed=a.seed,
             progress_bar=not a.quiet,
         )
@@ -377,7 +379,7 @@ def train_learnable(splits, a, tok) -> dict:
     """A few steps with the auditory front end inside the model; checks the gradients."""
     cuts = splits["train"].filter(lambda c: c.duration <= a.learnable_max_cut).to_eager()
     if len(cuts) < a.learnable_batch:
-        cuts = splits["train"].sort_by_duration(ascending=True).subset(first=a.learnable_batch)
+        cuts = splits["train"].sort_by_duration(ascending=True)
     cuts = cuts.resample(a.learnable_fs).subset(first=a.learnable_batch * a.learnable_steps)
     torch.manual_seed(a.seed)
     fe = AuditoryFrontEnd(a.learnable_fs, a.learnable_flow, a.learnable_fhigh)

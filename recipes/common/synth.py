@@ -81,6 +81,7 @@ def make_speech_corpus(
     speeds: tuple[int, int] = (140, 200),
     pitches: tuple[int, int] = (30, 70),
     max_words: int = 5,
+    min_words: int = 2,
     num_jobs: int = 2,
     progress_bar: bool = True,
 ) -> dict[str, tuple[Path, Path]]:
@@ -104,7 +105,7 @@ def make_speech_corpus(
             items.append(
                 dict(
                     id=f"{split}-{i:05d}",
-                    text=sentence(rng, 2, max_words),
+                    text=sentence(rng, min_words, max_words),
                     voice=str(voices[int(rng.integers(len(voices)))]),
                     speed=int(rng.integers(speeds[0], speeds[1] + 1)),
                     pitch=int(rng.integers(pitches[0], pitches[1] + 1)),
