@@ -169,8 +169,11 @@ def extract_dask(
     progress: bool,
 ) -> CutSet:
     """Resumable extraction on a Dask cluster (same progress log as ``extract_cuts``)."""
+    import cloudpickle
     from dask.distributed import as_completed
 
+    # the task function travels by value: workers need not import this script
+    cloudpickle.register_pickle_by_value(sys.modules[_chunk_task.__module__])
     storage_path.mkdir(parents=True, exist_ok=True)
     partial = partial_manifest_path(manifest)
     done: dict[str, dict] = {}
