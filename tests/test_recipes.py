@@ -45,9 +45,21 @@ def corpus(tmp_path_factory):
 def test_compute_features_smoke(corpus, tmp_path):
     cf = _load("compute_features/compute_features.py", "recipe_compute_features")
     out = tmp_path / "feats"
-    args = ["--manifest-dir", str(corpus), "--output-dir", str(out), "-j", "1", "--quiet",
-            "--model", "amt-dau1997:stage=adaptation,flow=500,fhigh=4000",
-            "--model", "kaldi-fbank", "--plot-cuts", "2"]
+    args = [
+        "--manifest-dir",
+        str(corpus),
+        "--output-dir",
+        str(out),
+        "-j",
+        "1",
+        "--quiet",
+        "--model",
+        "amt-dau1997:stage=adaptation,flow=500,fhigh=4000",
+        "--model",
+        "kaldi-fbank",
+        "--plot-cuts",
+        "2",
+    ]
     written = cf.run(cf.get_args(args))
     assert set(written) == {"amt-dau1997_stage-adaptation_flow-500_fhigh-4000", "kaldi-fbank"}
     for tag, splits in written.items():
@@ -61,8 +73,18 @@ def test_compute_features_smoke(corpus, tmp_path):
     again = cf.run(cf.get_args(args))
     assert again == written
     # the batch path (extract_batch; what --device cuda uses) on one split
-    bargs = ["--manifest-dir", str(corpus), "--output-dir", str(tmp_path / "batch"), "--quiet",
-             "--splits", "dev", "--batch", "--model", "amt-dau1997:flow=500,fhigh=4000"]
+    bargs = [
+        "--manifest-dir",
+        str(corpus),
+        "--output-dir",
+        str(tmp_path / "batch"),
+        "--quiet",
+        "--splits",
+        "dev",
+        "--batch",
+        "--model",
+        "amt-dau1997:flow=500,fhigh=4000",
+    ]
     (manifest,) = cf.run(cf.get_args(bargs))["amt-dau1997_flow-500_fhigh-4000"].values()
     validate(CutSet.from_file(manifest), read_data=True)
 
@@ -71,10 +93,25 @@ def test_compute_features_smoke(corpus, tmp_path):
 def test_compute_features_dask(corpus, tmp_path):
     pytest.importorskip("dask.distributed")
     cf = _load("compute_features/compute_features.py", "recipe_compute_features")
-    args = ["--manifest-dir", str(corpus), "--output-dir", str(tmp_path), "--dask", "-j", "1",
-            "--splits", "dev", "--quiet", "--plot-cuts", "0",
-            "--model", "amt-dau1997:stage=adaptation,flow=500,fhigh=4000"]
-    (manifest,) = cf.run(cf.get_args(args))["amt-dau1997_stage-adaptation_flow-500_fhigh-4000"].values()
+    args = [
+        "--manifest-dir",
+        str(corpus),
+        "--output-dir",
+        str(tmp_path),
+        "--dask",
+        "-j",
+        "1",
+        "--splits",
+        "dev",
+        "--quiet",
+        "--plot-cuts",
+        "0",
+        "--model",
+        "amt-dau1997:stage=adaptation,flow=500,fhigh=4000",
+    ]
+    (manifest,) = cf.run(cf.get_args(args))[
+        "amt-dau1997_stage-adaptation_flow-500_fhigh-4000"
+    ].values()
     cuts = CutSet.from_file(manifest)
     validate(cuts, read_data=True)
     assert len(cuts) == 2
@@ -86,8 +123,19 @@ def test_asr_smoke(tmp_path):
     exp = tmp_path / "exp"
     base = ["--smoke", "--quiet", "--data-dir", str(tmp_path / "data"), "--min-words", "1"]
     # (a) precomputed features, lazy feature-domain noise mixing + exact mixed-audio test
-    out = tr.main(base + ["--exp-dir", str(exp), "--snrs", "10", "--exact-mix-eval",
-                          "--features", "kaldi-fbank", "amt-dau1997:stage=adaptation"])
+    out = tr.main(
+        base
+        + [
+            "--exp-dir",
+            str(exp),
+            "--snrs",
+            "10",
+            "--exact-mix-eval",
+            "--features",
+            "kaldi-fbank",
+            "amt-dau1997:stage=adaptation",
+        ]
+    )
     for r in out["results"]:
         assert r["losses"][-1] < r["losses"][0]  # main() also asserts the smoothed fall
         assert set(r["test"]) == {"clean", "snr10"}
@@ -99,12 +147,32 @@ def test_asr_smoke(tmp_path):
     feats = CutSet.from_file(exp / "feats" / "amt-dau1997_stage-adaptation" / "cuts_train.jsonl.gz")
     validate(feats, read_data=True)
     # (b) on-the-fly features + the differentiable front end (one step, tiny)
-    out = tr.main(base + ["--exp-dir", str(tmp_path / "otf"), "--snrs", "0",
-                          "--input-strategy", "on-the-fly", "--max-steps", "12",
-                          "--features", "amt-dau1997:stage=adaptation,flow=200,fhigh=6000",
-                          "--learnable-frontend", "--learnable-steps", "1",
-                          "--learnable-batch", "1", "--learnable-fs", "4000",
-                          "--learnable-fhigh", "1500", "--learnable-max-cut", "0.5"])
+    out = tr.main(
+        base
+        + [
+            "--exp-dir",
+            str(tmp_path / "otf"),
+            "--snrs",
+            "0",
+            "--input-strategy",
+            "on-the-fly",
+            "--max-steps",
+            "12",
+            "--features",
+            "amt-dau1997:stage=adaptation,flow=200,fhigh=6000",
+            "--learnable-frontend",
+            "--learnable-steps",
+            "1",
+            "--learnable-batch",
+            "1",
+            "--learnable-fs",
+            "4000",
+            "--learnable-fhigh",
+            "1500",
+            "--learnable-max-cut",
+            "0.5",
+        ]
+    )
     (r,) = out["results"]
     assert r["input_strategy"] == "on-the-fly" and set(r["test"]) == {"clean", "snr0"}
     lf = out["learnable_frontend"]
@@ -122,7 +190,8 @@ def test_perception_loudness(tmp_path):
 
 def test_perception_tmtf(tmp_path):
     tm = _load("perception/tmtf.py", "recipe_tmtf")
-    res = tm.run([4.0, 16.0, 256.0], [float(d) for d in range(-36, -3, 4)], 10, tmp_path,
-                 progress=False)
+    res = tm.run(
+        [4.0, 16.0, 256.0], [float(d) for d in range(-36, -3, 4)], 10, tmp_path, progress=False
+    )
     assert res["checks"]["within_bounds"], res["checks"]
     assert (tmp_path / "tmtf.png").exists()

@@ -1,7 +1,7 @@
 """CPU kernel for the whole modulation filterbank (``efilt``), one pass per channel.
 
 Pre-filter and low-pass sections run in float64 (their poles lie within ~1e-3 of z = 1),
-the resonator bands in the signal's dtype, and every band is written straight into the
+the resonator bands too (on the float64 low-passed input), and every band is written straight into the
 ``(B, C, M, T)`` output: no intermediate tensors, concatenation or dtype conversions. Same
 recursions and output rule as :func:`lhotse_amt.functional.modulation.modulation_filterbank`.
 """
@@ -106,28 +106,29 @@ def modulation_bank(
         return np.zeros((B, C, S, 2))
 
     zpre, zlp = _zi("pre", pre.shape[0]), _zi("lp", lp.shape[0])
+    # resonator states stay float64 (the recursion runs in float64 on the float64 low-passed
+    # input), so chunked processing equals one-shot processing exactly
     if "bp" in state:
-        s = _np(state["bp"]).reshape(B, C, M1)
-        sr, si = s.real.astype(dt), s.imag.astype(dt)
+        s = _np(state["bp"]).reshape(B, C, M1).astype(np.complex128)
+        sr, si = np.ascontiguousarray(s.real), np.ascontiguousarray(s.imag)
     else:
-        sr, si = np.zeros((B, C, M1), dt), np.zeros((B, C, M1), dt)
+        sr, si = np.zeros((B, C, M1)), np.zeros((B, C, M1))
     p, g = _np(pole), _np(gain)
-    pr, pi = np.ascontiguousarray(p.real.astype(dt)), np.ascontiguousarray(p.imag.astype(dt))
-    gr = np.ascontiguousarray(np.real(g).astype(dt))
-    gi = np.ascontiguousarray(np.imag(g).astype(dt))
+    # coefficients as stored (complex64 for float32 models), evaluated in float64
+    pr = np.ascontiguousarray(p.real.astype(np.float64))
+    pi = np.ascontiguousarray(p.imag.astype(np.float64))
+    gr = np.ascontiguousarray(np.real(g).astype(np.float64))
+    gi = np.ascontiguousarray(np.imag(g).astype(np.float64))
     y = np.empty((B, C, M1 + 1, T), dt)
     if T > 0:
         _kernel(
             xn, pre, zpre, lp, zlp,
             pr, pi, gr, gi,
-            _np(use_abs).astype(np.bool_), _np(scale).astype(dt), sr, si, y,
+            _np(use_abs).astype(np.bool_), _np(scale).astype(np.float64), sr, si, y,
         )  # fmt: skip
-    cdt = torch.complex128 if dt == np.float64 else torch.complex64
     new = {
         "lp": torch.from_numpy(zlp).reshape(*lead, C, lp.shape[0], 2),
-        "bp": torch.complex(torch.from_numpy(sr), torch.from_numpy(si))
-        .to(cdt)
-        .reshape(*lead, C, M1, 1),
+        "bp": torch.complex(torch.from_numpy(sr), torch.from_numpy(si)).reshape(*lead, C, M1, 1),
     }
     if prefilter_sos is not None:
         new["pre"] = torch.from_numpy(zpre).reshape(*lead, C, pre.shape[0], 2)

@@ -71,32 +71,55 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     d.add_argument("--train-split", default="train")
     d.add_argument("--dev-split", default="dev")
     d.add_argument("--test-split", default="test")
-    d.add_argument("--data-dir", type=Path, default=Path("data/asr_synth"),
-                   help="where the synthetic corpus is written (no --manifest-dir)")
+    d.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("data/asr_synth"),
+        help="where the synthetic corpus is written (no --manifest-dir)",
+    )
     d.add_argument("--num-train", type=int, default=1200, help="synthetic train utterances")
     d.add_argument("--num-dev", type=int, default=100)
     d.add_argument("--num-test", type=int, default=200)
     d.add_argument("--max-words", type=int, default=4, help="synthetic sentence length")
     d.add_argument("--min-words", type=int, default=2)
     d.add_argument("--max-cut-duration", type=float, default=20.0, help="drop longer cuts")
-    d.add_argument("--snrs", type=float, nargs="*", default=[10.0, 0.0],
-                   help="test SNRs (dB) of the noise conditions (clean is always tested)")
-    d.add_argument("--train-snrs", type=float, nargs="*", default=[],
-                   help="multi-condition training: mix half the train cuts at these SNRs")
+    d.add_argument(
+        "--snrs",
+        type=float,
+        nargs="*",
+        default=[10.0, 0.0],
+        help="test SNRs (dB) of the noise conditions (clean is always tested)",
+    )
+    d.add_argument(
+        "--train-snrs",
+        type=float,
+        nargs="*",
+        default=[],
+        help="multi-condition training: mix half the train cuts at these SNRs",
+    )
     f = p.add_argument_group("features")
-    f.add_argument("--features", nargs="+",
-                   default=["kaldi-fbank", "amt-dau1997", "amt-dau1997:stage=adaptation"],
-                   help="extractor specs (NAME[:key=value,...] or a YAML path)")
-    f.add_argument("--input-strategy", choices=["precomputed", "on-the-fly"],
-                   default="precomputed")
-    f.add_argument("--exact-mix-eval", action="store_true",
-                   help="with precomputed features, also test on features of the mixed audio")
+    f.add_argument(
+        "--features",
+        nargs="+",
+        default=["kaldi-fbank", "amt-dau1997", "amt-dau1997:stage=adaptation"],
+        help="extractor specs (NAME[:key=value,...] or a YAML path)",
+    )
+    f.add_argument("--input-strategy", choices=["precomputed", "on-the-fly"], default="precomputed")
+    f.add_argument(
+        "--exact-mix-eval",
+        action="store_true",
+        help="with precomputed features, also test on features of the mixed audio",
+    )
     f.add_argument("-j", "--num-jobs", type=int, default=2, help="feature extraction processes")
     t = p.add_argument_group("training")
     t.add_argument("--epochs", type=int, default=12)
     t.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: no)")
-    t.add_argument("--max-minutes", type=float, default=0.0,
-                   help="training time limit per feature type (0: none)")
+    t.add_argument(
+        "--max-minutes",
+        type=float,
+        default=0.0,
+        help="training time limit per feature type (0: none)",
+    )
     t.add_argument("--max-duration", type=float, default=45.0, help="seconds of audio per batch")
     t.add_argument("--lr", type=float, default=2e-3)
     t.add_argument("--hidden", type=int, default=96)
@@ -112,17 +135,27 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     lf.add_argument("--learnable-fs", type=int, default=8000)
     lf.add_argument("--learnable-flow", type=float, default=300.0)
     lf.add_argument("--learnable-fhigh", type=float, default=3000.0)
-    lf.add_argument("--learnable-max-cut", type=float, default=0.8,
-                    help="use train cuts up to this duration (s): the loops' gradient is slow")
+    lf.add_argument(
+        "--learnable-max-cut",
+        type=float,
+        default=0.8,
+        help="use train cuts up to this duration (s): the loops' gradient is slow",
+    )
     lf.add_argument("--learnable-batch", type=int, default=2)
     p.add_argument("--exp-dir", type=Path, default=Path("exp/asr"))
-    p.add_argument("--smoke", action="store_true",
-                   help="tiny corpus and model, few steps; asserts the loss falls")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny corpus and model, few steps; asserts the loss falls",
+    )
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
     if a.smoke:
-        a.num_train, a.num_dev, a.num_test = min(a.num_train, 48), min(a.num_dev, 6), min(
-            a.num_test, 10)
+        a.num_train, a.num_dev, a.num_test = (
+            min(a.num_train, 48),
+            min(a.num_dev, 6),
+            min(a.num_test, 10),
+        )
         a.max_words = min(a.max_words, 3)
         a.hidden, a.conv_channels, a.layers = 64, 64, 1
         a.max_duration = min(a.max_duration, 15.0)
@@ -159,17 +192,23 @@ def load_data(a: argparse.Namespace) -> tuple[dict[str, CutSet], CutSet]:
         cuts = cuts.filter(lambda c: 0.2 <= c.duration <= a.max_cut_duration)
         cuts = cuts.filter(lambda c: len(tok.normalize(c.supervisions[0].text or "")) > 0)
         splits[name] = cuts.to_eager()
-        log.info("%s (%s): %d cuts, %.1f min", name, split, len(splits[name]),
-                 sum(c.duration for c in splits[name]) / 60)
+        log.info(
+            "%s (%s): %d cuts, %.1f min",
+            name,
+            split,
+            len(splits[name]),
+            sum(c.duration for c in splits[name]) / 60,
+        )
     sr = splits["train"][0].sampling_rate
-    noise_dir = (a.data_dir if a.manifest_dir is None else a.exp_dir / "noise")
+    noise_dir = a.data_dir if a.manifest_dir is None else a.exp_dir / "noise"
     rec = make_noise(noise_dir, num=4, duration=30.0 if not a.smoke else 6.0, sampling_rate=sr)
     noise = cuts_from_manifests(rec).to_eager()
     return splits, noise
 
 
-def mix_with_noise(cuts: CutSet, noise: CutSet, snrs: list[float], seed: int,
-                   fraction: float = 1.0) -> CutSet:
+def mix_with_noise(
+    cuts: CutSet, noise: CutSet, snrs: list[float], seed: int, fraction: float = 1.0
+) -> CutSet:
     """Each cut mixed with a random segment of a random noise cut at a random SNR from
     ``snrs`` (``fraction`` of the cuts; the others stay clean). Deterministic in ``seed``."""
     rng = np.random.default_rng(seed)
@@ -204,8 +243,9 @@ def with_features(spec: str, splits: dict[str, CutSet], noise: CutSet, a) -> tup
                 cuts = CutSet.from_file(manifest).to_eager()
             else:
                 log.info("%s: computing %s features", tag, name)
-                cuts = extract_cuts(cuts, ex, fdir / name, manifest, num_jobs=a.num_jobs,
-                                    progress_bar=not a.quiet).to_eager()
+                cuts = extract_cuts(
+                    cuts, ex, fdir / name, manifest, num_jobs=a.num_jobs, progress_bar=not a.quiet
+                ).to_eager()
         out[name] = cuts
     return ex, out
 
@@ -214,12 +254,23 @@ def loader(cuts: CutSet, strategy, max_duration: float, train: bool, seed: int) 
     ds = K2SpeechRecognitionDataset(input_strategy=strategy, return_cuts=True)
     if train:
         nb = max(1, min(10, len(cuts) // 8))
-        sampler = DynamicBucketingSampler(cuts, max_duration=max_duration, shuffle=True,
-                                          num_buckets=nb, seed=seed, drop_last=False)
+        sampler = DynamicBucketingSampler(
+            cuts,
+            max_duration=max_duration,
+            shuffle=True,
+            num_buckets=nb,
+            seed=seed,
+            drop_last=False,
+        )
     else:
         sampler = SimpleCutSampler(cuts, max_duration=max_duration, shuffle=False)
-    return DataLoader(ds, sampler=sampler, batch_size=None, num_workers=0,
-                      worker_init_fn=lhotse_amt.worker_init_fn)
+    return DataLoader(
+        ds,
+        sampler=sampler,
+        batch_size=None,
+        num_workers=0,
+        worker_init_fn=lhotse_amt.worker_init_fn,
+    )
 
 
 def batch_tensors(batch: dict, tok: CharTokenizer, audio: bool = False):
@@ -242,8 +293,9 @@ def norm_stats(cuts: CutSet, ex, precomputed: bool, limit: int = 300) -> tuple:
     """Per-feature mean and standard deviation over (up to ``limit``) train cuts."""
     s = s2 = None
     n = 0
-    for c in tqdm(list(cuts.subset(first=min(limit, len(cuts)))), desc="normalisation stats",
-                  leave=False):
+    for c in tqdm(
+        list(cuts.subset(first=min(limit, len(cuts)))), desc="normalisation stats", leave=False
+    ):
         f = c.load_features() if precomputed else ex.extract(c.load_audio(), c.sampling_rate)
         f = np.asarray(f, np.float64)
         s = f.sum(0) if s is None else s + f.sum(0)
@@ -269,8 +321,9 @@ def train_one(spec: str, splits, noise, a, tok) -> dict:
     mean, std = norm_stats(cs["train"], ex, pre)
     dim = int(mean.numel())
     torch.manual_seed(a.seed)
-    model = CTCRecognizer(dim, tok.vocab_size, a.hidden, a.conv_channels, a.layers, mean, std,
-                          subsample=a.subsample)
+    model = CTCRecognizer(
+        dim, tok.vocab_size, a.hidden, a.conv_channels, a.layers, mean, std, subsample=a.subsample
+    )
     model.to(a.device)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=1e-2)
     total_dur = sum(c.duration for c in train_cuts)
@@ -278,8 +331,9 @@ def train_one(spec: str, splits, noise, a, tok) -> dict:
     total = steps_per_epoch * a.epochs
     if a.max_steps:
         total = min(total, a.max_steps)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=a.lr, total_steps=total + 1,
-                                                pct_start=0.15)
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=a.lr, total_steps=total + 1, pct_start=0.15
+    )
     ctc = torch.nn.CTCLoss(blank=0, zero_infinity=True)
     losses, dev_hist = [], []
     best = (float("inf"), None)
@@ -309,8 +363,14 @@ def train_one(spec: str, splits, noise, a, tok) -> dict:
                 break
         dcer = evaluate(model, cs["dev"], strategy, a, tok)["cer"]
         dev_hist.append(dcer)
-        log.info("%s epoch %d step %d loss %.3f dev CER %.3f", tag, epoch, step,
-                 np.mean(losses[-steps_per_epoch:]), dcer)
+        log.info(
+            "%s epoch %d step %d loss %.3f dev CER %.3f",
+            tag,
+            epoch,
+            step,
+            np.mean(losses[-steps_per_epoch:]),
+            dcer,
+        )
         if dcer < best[0]:
             best = (dcer, {k: v.clone() for k, v in model.state_dict().items()})
         if stop:
@@ -319,9 +379,19 @@ def train_one(spec: str, splits, noise, a, tok) -> dict:
     model.load_state_dict(best[1])
     t_train = time.perf_counter() - t_start - t_feats
     torch.save(model.state_dict(), a.exp_dir / f"model_{tag}.pt")
-    res = dict(feature=spec, tag=tag, dim=dim, input_strategy=a.input_strategy, steps=step,
-               epochs=epoch + 1, losses=losses, dev_cer=dev_hist, feature_seconds=t_feats,
-               train_seconds=t_train, test={})
+    res = dict(
+        feature=spec,
+        tag=tag,
+        dim=dim,
+        input_strategy=a.input_strategy,
+        steps=step,
+        epochs=epoch + 1,
+        losses=losses,
+        dev_cer=dev_hist,
+        feature_seconds=t_feats,
+        train_seconds=t_train,
+        test={},
+    )
     # clean and noisy test conditions
     conds = [("clean", cs["test"])] + [
         (f"snr{snr:g}", mix_with_noise(cs["test"], cs["noise"], [snr], a.seed + 100 + i))
@@ -331,12 +401,21 @@ def train_one(spec: str, splits, noise, a, tok) -> dict:
         r = evaluate(model, cuts, strategy, a, tok)
         entry = {"cer": r["cer"], "blank_cer": 1.0, "examples": r["examples"]}
         if pre and a.exact_mix_eval and name != "clean":
-            raw = mix_with_noise(resample_like(splits["test"], ex), resample_like(noise, ex),
-                                 [float(name[3:])], a.seed + 100 + a.snrs.index(float(name[3:])))
+            raw = mix_with_noise(
+                resample_like(splits["test"], ex),
+                resample_like(noise, ex),
+                [float(name[3:])],
+                a.seed + 100 + a.snrs.index(float(name[3:])),
+            )
             entry["cer_exact_mix"] = evaluate(model, raw, OnTheFlyFeatures(ex), a, tok)["cer"]
         res["test"][name] = entry
-        log.info("%s %s CER %.3f%s", tag, name, r["cer"],
-                 f" (exact mix {entry['cer_exact_mix']:.3f})" if "cer_exact_mix" in entry else "")
+        log.info(
+            "%s %s CER %.3f%s",
+            tag,
+            name,
+            r["cer"],
+            f" (exact mix {entry['cer_exact_mix']:.3f})" if "cer_exact_mix" in entry else "",
+        )
     return res
 
 
@@ -390,11 +469,17 @@ def train_learnable(splits, a, tok) -> dict:
     ds = K2SpeechRecognitionDataset(input_strategy=AudioSamples(), return_cuts=True)
     sampler = SimpleCutSampler(cuts, max_cuts=a.learnable_batch, shuffle=False)
     dl = DataLoader(ds, sampler=sampler, batch_size=None)
-    res = dict(losses=[], fc_grad_abs_sum=[], seconds=[], fs=a.learnable_fs,
-               channels=int(fe.model.num_channels))
+    res = dict(
+        losses=[],
+        fc_grad_abs_sum=[],
+        seconds=[],
+        fs=a.learnable_fs,
+        channels=int(fe.model.num_channels),
+    )
     fc0 = fe.model.filterbank.fc.detach().clone()
-    for step, batch in enumerate(tqdm(dl, desc="learnable front end", total=a.learnable_steps,
-                                      disable=a.quiet)):
+    for step, batch in enumerate(
+        tqdm(dl, desc="learnable front end", total=a.learnable_steps, disable=a.quiet)
+    ):
         if step >= a.learnable_steps:
             break
         t0 = time.perf_counter()
@@ -414,8 +499,13 @@ def train_learnable(splits, a, tok) -> dict:
         res["losses"].append(float(loss.detach()))
         res["fc_grad_abs_sum"].append(float(g.abs().sum()))
         res["seconds"].append(time.perf_counter() - t0)
-        log.info("learnable step %d loss %.3f |d loss / d fc| %.3g (%.1f s)", step, float(loss),
-                 float(g.abs().sum()), res["seconds"][-1])
+        log.info(
+            "learnable step %d loss %.3f |d loss / d fc| %.3g (%.1f s)",
+            step,
+            float(loss),
+            float(g.abs().sum()),
+            res["seconds"][-1],
+        )
     res["fc_change_hz_max"] = float((fe.model.filterbank.fc.detach() - fc0).abs().max())
     res["grad_params"] = sorted(n for n, p in fe.model.named_parameters() if p.grad is not None)
     return res
@@ -424,8 +514,11 @@ def train_learnable(splits, a, tok) -> dict:
 # ------------------------------------------------------------------------------- report
 def report(results: list[dict], a) -> str:
     conds = ["clean"] + [f"snr{s:g}" for s in a.snrs]
-    head = "| features | dim | input | steps | " + " | ".join(
-        "clean" if c == "clean" else f"SNR {c[3:]} dB" for c in conds) + " |"
+    head = (
+        "| features | dim | input | steps | "
+        + " | ".join("clean" if c == "clean" else f"SNR {c[3:]} dB" for c in conds)
+        + " |"
+    )
     lines = [head, "|" + "---|" * (4 + len(conds))]
     for r in results:
         cells = []
@@ -435,12 +528,17 @@ def report(results: list[dict], a) -> str:
             if "cer_exact_mix" in e:
                 s += f" ({100 * e['cer_exact_mix']:.1f})"
             cells.append(s)
-        lines.append(f"| {r['feature']} | {r['dim']} | {r['input_strategy']} | {r['steps']} | "
-                     + " | ".join(cells) + " |")
+        lines.append(
+            f"| {r['feature']} | {r['dim']} | {r['input_strategy']} | {r['steps']} | "
+            + " | ".join(cells)
+            + " |"
+        )
     lines.append("")
-    lines.append("CER in %, greedy CTC decoding; predicting only blanks gives 100 %. "
-                 "In parentheses: features of the mixed audio (exact) instead of the lazy "
-                 "feature-domain mix of the stored features.")
+    lines.append(
+        "CER in %, greedy CTC decoding; predicting only blanks gives 100 %. "
+        "In parentheses: features of the mixed audio (exact) instead of the lazy "
+        "feature-domain mix of the stored features."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -459,8 +557,9 @@ def plot(results: list[dict], a, path: Path) -> None:
         ls = np.array(r["losses"])
         kk = max(1, len(ls) // 50)
         ax2.plot(np.convolve(ls, np.ones(kk) / kk, mode="valid"), label=r["feature"])
-    ax1.set_xticks(range(len(conds)), ["clean" if c == "clean" else f"{c[3:]} dB SNR"
-                                       for c in conds])
+    ax1.set_xticks(
+        range(len(conds)), ["clean" if c == "clean" else f"{c[3:]} dB SNR" for c in conds]
+    )
     ax1.set_ylabel("CER (%)")
     ax1.axhline(100, color="k", lw=0.8, ls=":")
     ax1.legend(fontsize=7)
@@ -490,11 +589,13 @@ def main(argv: list[str] | None = None) -> dict:
     if a.learnable_frontend:
         lr = train_learnable(splits, a, tok)
         out["learnable_frontend"] = lr
-        md += (f"\nDifferentiable front end (Dau1997 learnable, {lr['channels']} channels at "
-               f"{lr['fs']} Hz): losses {', '.join(f'{v:.2f}' for v in lr['losses'])}; "
-               f"sum |dL/d fc| per step {', '.join(f'{v:.3g}' for v in lr['fc_grad_abs_sum'])}; "
-               f"{np.mean(lr['seconds']):.1f} s per step; parameters with gradients: "
-               f"{', '.join(lr['grad_params'])}.\n")
+        md += (
+            f"\nDifferentiable front end (Dau1997 learnable, {lr['channels']} channels at "
+            f"{lr['fs']} Hz): losses {', '.join(f'{v:.2f}' for v in lr['losses'])}; "
+            f"sum |dL/d fc| per step {', '.join(f'{v:.3g}' for v in lr['fc_grad_abs_sum'])}; "
+            f"{np.mean(lr['seconds']):.1f} s per step; parameters with gradients: "
+            f"{', '.join(lr['grad_params'])}.\n"
+        )
     (a.exp_dir / "results.json").write_text(json.dumps(out, indent=1))
     (a.exp_dir / "results.md").write_text(md)
     plot(results, a, a.exp_dir / "cer.png")

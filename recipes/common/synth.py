@@ -114,7 +114,7 @@ def make_speech_corpus(
         wav_dir = out / "wav" / split
         wav_dir.mkdir(parents=True, exist_ok=True)
 
-        def work(it: dict) -> tuple[Recording, SupervisionSegment]:
+        def work(it: dict, wav_dir: Path = wav_dir) -> tuple[Recording, SupervisionSegment]:
             x = synthesize(it["text"], it["voice"], it["speed"], it["pitch"], sampling_rate)
             path = wav_dir / f"{it['id']}.wav"
             sf.write(path, x, sampling_rate, subtype="PCM_16")

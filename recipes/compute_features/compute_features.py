@@ -85,8 +85,11 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     feats.add_argument(
         "-f", "--feature-config", action="append", default=[], help="extractor YAML (repeatable)"
     )
-    feats.add_argument("--storage-type", default=None, help="default: numpy_files "
-                       "(CPU/Dask) or lilcom_chunky (batches)")
+    feats.add_argument(
+        "--storage-type",
+        default=None,
+        help="default: numpy_files (CPU/Dask) or lilcom_chunky (batches)",
+    )
     out = p.add_argument_group("output")
     out.add_argument("--output-dir", type=Path, default=Path("data/features"))
     out.add_argument("--plot-cuts", type=int, default=3, help="cuts shown in the PNG (0: none)")
@@ -144,20 +147,6 @@ def prepare_extractor(spec: str, cuts: CutSet, device: str) -> FeatureExtractor:
     return ex
 
 
-def _chunk_task(
-    cut_dicts: list[dict], extractor: FeatureExtractor, storage_path: str, storage_type: str
-) -> list[dict]:
-    """One Dask task: features of a few cuts (runs in a worker process)."""
-    import lhotse_amt  # noqa: F401  registers the extractors in the worker
-
-    out = []
-    with get_writer(storage_type)(storage_path, mode="a") as writer:
-        for d in cut_dicts:
-            cut = next(iter(CutSet.from_dicts([d])))
-            out.append(cut.compute_and_store_features(extractor, writer).to_dict())
-    return out
-
-
 def extract_dask(
     cuts: CutSet,
     extractor: FeatureExtractor,
@@ -169,11 +158,12 @@ def extract_dask(
     progress: bool,
 ) -> CutSet:
     """Resumable extraction on a Dask cluster (same progress log as ``extract_cuts``)."""
-    import cloudpickle
     from dask.distributed import as_completed
 
-    # the task function travels by value: workers need not import this script
-    cloudpickle.register_pickle_by_value(sys.modules[_chunk_task.__module__])
+    # the task is the package's own per-chunk worker (importable in every Dask worker;
+    # it registers the amt-* extractors there)
+    from lhotse_amt.pipeline import _compute_many
+
     storage_path.mkdir(parents=True, exist_ok=True)
     partial = partial_manifest_path(manifest)
     done: dict[str, dict] = {}
@@ -185,15 +175,21 @@ def extract_dask(
                 break
             done[d["id"]] = d
     ids = [c.id for c in cuts]
-    todo = [c.to_dict() for c in cuts if c.id not in done]
+    todo = [c for c in cuts if c.id not in done]
     futs = [
         client.submit(
-            _chunk_task, todo[i : i + chunk], extractor, str(storage_path), storage_type, pure=False
+            _compute_many,
+            todo[i : i + chunk],
+            extractor,
+            str(storage_path),
+            storage_type,
+            pure=False,
         )
         for i in range(0, len(todo), chunk)
     ]
-    bar = tqdm(total=len(ids), initial=len(ids) - len(todo), desc="Dask extraction",
-               disable=not progress)
+    bar = tqdm(
+        total=len(ids), initial=len(ids) - len(todo), desc="Dask extraction", disable=not progress
+    )
     with open(partial, "a") as f:
         for fut in as_completed(futs):
             for d in fut.result():
@@ -264,8 +260,10 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, Path]]:
                 storage = out_dir / f"feats_{split}"
                 ex.to_yaml(out_dir / "extractor.yaml")
                 t0 = time.perf_counter()
-                if manifest.exists() and not partial_manifest_path(manifest).exists() and (
-                    not args.batch or len(CutSet.from_file(manifest)) == len(cuts)
+                if (
+                    manifest.exists()
+                    and not partial_manifest_path(manifest).exists()
+                    and (not args.batch or len(CutSet.from_file(manifest)) == len(cuts))
                 ):
                     log.info("%s/%s: %s exists, skipping", tag, split, manifest)
                     result = CutSet.from_file(manifest)
@@ -282,8 +280,14 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, Path]]:
                     )
                 elif args.dask:
                     result = extract_dask(
-                        cuts, ex, storage, manifest, args.storage_type or "numpy_files",
-                        client, args.dask_chunk, not args.quiet,
+                        cuts,
+                        ex,
+                        storage,
+                        manifest,
+                        args.storage_type or "numpy_files",
+                        client,
+                        args.dask_chunk,
+                        not args.quiet,
                     )
                 else:
                     result = extract_cuts(
@@ -300,7 +304,13 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, Path]]:
                 audio = sum(c.duration for c in result)
                 log.info(
                     "%s/%s: %d cuts, %.1f s audio, %.1f s (RTF %.3f) -> %s",
-                    tag, split, len(result), audio, dt, dt / max(audio, 1e-9), manifest,
+                    tag,
+                    split,
+                    len(result),
+                    audio,
+                    dt,
+                    dt / max(audio, 1e-9),
+                    manifest,
                 )
                 written.setdefault(tag, {})[split] = manifest
                 png = out_dir / f"features_{split}.png"

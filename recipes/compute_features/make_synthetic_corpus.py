@@ -16,8 +16,9 @@ from common.synth import make_noise, make_speech_corpus  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--out-dir", type=Path, default=Path("data/synth"))
     p.add_argument("--num-train", type=int, default=20)
     p.add_argument("--num-dev", type=int, default=5)
@@ -28,11 +29,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     splits = {"train": a.num_train, "dev": a.num_dev, "test": a.num_test}
-    paths = make_speech_corpus(a.out_dir, {k: v for k, v in splits.items() if v > 0},
-                               sampling_rate=a.sampling_rate, seed=a.seed)
+    paths = make_speech_corpus(
+        a.out_dir,
+        {k: v for k, v in splits.items() if v > 0},
+        sampling_rate=a.sampling_rate,
+        seed=a.seed,
+    )
     if a.num_noise:
-        paths["noise"] = (make_noise(a.out_dir, a.num_noise, a.noise_duration,
-                                     a.sampling_rate), None)
+        paths["noise"] = (
+            make_noise(a.out_dir, a.num_noise, a.noise_duration, a.sampling_rate),
+            None,
+        )
     for split, (rec, sup) in paths.items():
         print(f"{split}: {rec}" + (f" + {sup}" if sup else ""))
 

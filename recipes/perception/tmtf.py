@@ -49,9 +49,7 @@ SKIP_FRAMES = 20  # 100 ms onset (5-ms frames)
 def make_extractor():
     from lhotse_amt import Dau1997Config, Dau1997Extractor
 
-    return Dau1997Extractor(
-        Dau1997Config(frame_shift=0.005, modulation_preset="amt-1.4-dau1997")
-    )
+    return Dau1997Extractor(Dau1997Config(frame_shift=0.005, modulation_preset="amt-1.4-dau1997"))
 
 
 def stimulus(m: float, fm: float, rng: np.random.Generator, dur: float = 0.5) -> np.ndarray:
@@ -96,8 +94,14 @@ def threshold(mdb: np.ndarray, pc: np.ndarray, target: float = 0.707) -> float:
     return float(np.interp(target, [pc[k - 1], pc[k]], [mdb[k - 1], mdb[k]]))
 
 
-def run(fms: list[float], depths_db: list[float], n_tokens: int, out_dir: Path,
-        seed: int = 0, progress: bool = True) -> dict:
+def run(
+    fms: list[float],
+    depths_db: list[float],
+    n_tokens: int,
+    out_dir: Path,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     ex = make_extractor()
     rng = np.random.default_rng(seed)
@@ -175,13 +179,22 @@ def check(res: dict) -> dict:
 
 
 def table(res: dict) -> str:
-    rows = ["| fm (Hz) | Dau1997 + detector (dB) | no internal noise (dB) | published "
-            "(low-pass description, dB) |", "|---:|---:|---:|---:|"]
-    for fm, t, t0, p in zip(res["fm_hz"], res["threshold_db"],
-                            res["threshold_db_no_internal_noise"], res["published_reference_db"]):
+    rows = [
+        "| fm (Hz) | Dau1997 + detector (dB) | no internal noise (dB) | published "
+        "(low-pass description, dB) |",
+        "|---:|---:|---:|---:|",
+    ]
+    for fm, t, t0, p in zip(
+        res["fm_hz"],
+        res["threshold_db"],
+        res["threshold_db_no_internal_noise"],
+        res["published_reference_db"],
+    ):
         rows.append(f"| {fm:g} | {t:.1f} | {t0:.1f} | {p:.1f} |")
-    rows.append(f"\ninternal noise sigma = {res['internal_noise_sigma']:.3g} (template units), "
-                f"{res['tokens']} tokens per condition\n")
+    rows.append(
+        f"\ninternal noise sigma = {res['internal_noise_sigma']:.3g} (template units), "
+        f"{res['tokens']} tokens per condition\n"
+    )
     return "\n".join(rows) + "\n"
 
 
@@ -194,13 +207,18 @@ def plot(res: dict, path: Path) -> None:
     fm = np.array(res["fm_hz"])
     fine = np.geomspace(2, 1000, 200)
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    ax.fill_between(fine, tmtf_reference(fine, TMTF_CUTOFF_HZ[0], TMTF_LOW_RANGE_DB[0]),
-                    tmtf_reference(fine, TMTF_CUTOFF_HZ[1], TMTF_LOW_RANGE_DB[1]),
-                    color="0.85", label="Viemeister (1979), low-pass description")
+    ax.fill_between(
+        fine,
+        tmtf_reference(fine, TMTF_CUTOFF_HZ[0], TMTF_LOW_RANGE_DB[0]),
+        tmtf_reference(fine, TMTF_CUTOFF_HZ[1], TMTF_LOW_RANGE_DB[1]),
+        color="0.85",
+        label="Viemeister (1979), low-pass description",
+    )
     ax.plot([500], [-6], "kx", label="Viemeister (1979), ~50 % at 500 Hz")
     ax.semilogx(fm, res["threshold_db"], "o-", label="Dau1997 + optimal detector")
-    ax.semilogx(fm, res["threshold_db_no_internal_noise"], "s:", mfc="none",
-                label="same, no internal noise")
+    ax.semilogx(
+        fm, res["threshold_db_no_internal_noise"], "s:", mfc="none", label="same, no internal noise"
+    )
     ax.invert_yaxis()
     ax.set_xlabel("modulation frequency (Hz)")
     ax.set_ylabel("AM detection threshold 20 log m (dB)")
