@@ -1,7 +1,8 @@
 """CPU kernel for the whole modulation filterbank (``efilt``), one pass per channel.
 
 Pre-filter and low-pass sections run in float64 (their poles lie within ~1e-3 of z = 1),
-the resonator bands too (on the float64 low-passed input), and every band is written straight into the
+the resonator bands too (on the float64 low-passed input), and every band is written
+straight into the
 ``(B, C, M, T)`` output: no intermediate tensors, concatenation or dtype conversions. Same
 recursions and output rule as :func:`lhotse_amt.functional.modulation.modulation_filterbank`.
 """
