@@ -246,17 +246,21 @@ class AuditoryExtractor(FeatureExtractor):
         if not bool(torch.isfinite(x).all()):
             raise ValueError(f"{self.name}: audio contains NaN or infinite samples")
 
-    def _calibrate(self, x: Tensor, n: int) -> Tensor:
-        """Scale ``(C_in, T)`` audio to the model's level convention."""
+    def _level_gain(self, x: Tensor, n: int) -> float:
+        """Gain that brings ``(C_in, T)`` audio to the model's level convention."""
         c = self.config
         if c.target_level_db_spl is not None:
-            rms = float(torch.sqrt(torch.mean(x[..., :n].double() ** 2)))
+            # rms over the item in float64, in blocks (no float64 copy of a long signal)
+            step = 1 << 20
+            ss = sum(
+                float(x[..., i : min(i + step, n)].double().square().sum())
+                for i in range(0, n, step)
+            )
+            rms = (ss / max(1, n * x.shape[0])) ** 0.5
             if rms <= 0.0:
-                return x * 0.0
-            return x * (10.0 ** ((c.target_level_db_spl - self.model_dboffset) / 20.0) / rms)
-        if c.full_scale_db_spl != self.model_dboffset:
-            return x * 10.0 ** ((c.full_scale_db_spl - self.model_dboffset) / 20.0)
-        return x
+                return 0.0
+            return 10.0 ** ((c.target_level_db_spl - self.model_dboffset) / 20.0) / rms
+        return 10.0 ** ((c.full_scale_db_spl - self.model_dboffset) / 20.0)
 
     #: dB SPL of rms 1 in the model's own convention
     model_dboffset: ClassVar[float] = 100.0
@@ -351,12 +355,16 @@ class AuditoryExtractor(FeatureExtractor):
         for t, n in zip(items, lengths):
             t = self._channels(t)
             self._validate_item(t[..., :n])
-            prepared.append(self._calibrate(t.to(torch.float64), n))
+            prepared.append((t, self._level_gain(t, n)))
         T = max(lengths)
-        C = prepared[0].shape[0]
+        C = prepared[0][0].shape[0]
+        # one copy of the audio, in the model's dtype, scaled in place
         batch = torch.zeros(len(prepared), C, T, dtype=dtype)
-        for b, (t, n) in enumerate(zip(prepared, lengths)):
-            batch[b, :, :n] = t[..., :n].to(dtype)
+        for b, ((t, gain), n) in enumerate(zip(prepared, lengths)):
+            batch[b, :, :n] = t[..., :n]
+            if gain != 1.0:
+                batch[b].mul_(gain)
+        del prepared
         with torch.inference_mode():
             feats = self._compute(batch.to(dev), lengths)
         return [f.to(device="cpu", dtype=torch.float32).contiguous() for f in feats]

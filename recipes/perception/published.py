@@ -47,7 +47,7 @@ def tmtf_reference(fm: np.ndarray, cutoff: float = 55.0, t0: float = TMTF_LOW_DB
 
 
 #: bounds checked by the tests (see README.md, "Acceptance bounds")
-LOUDNESS_MAX_PHON_ERROR = {(30, 100): 3.0, (20, 30): 6.0}
+LOUDNESS_MAX_PHON_ERROR = {(30, 100): 2.0, (20, 30): 3.0}
 TMTF_BOUNDS = {
     "low_rate_mean_db": (-28.0, -22.0),  # fitted via the internal noise (mean of fm <= 16 Hz)
     "rise_256_vs_low_db": (5.0, 20.0),  # published: ~12 dB (low-pass, fc 50-60 Hz)
