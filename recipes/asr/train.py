@@ -502,7 +502,7 @@ def train_learnable(splits, a, tok) -> dict:
         log.info(
             "learnable step %d loss %.3f |d loss / d fc| %.3g (%.1f s)",
             step,
-            float(loss),
+            float(loss.detach()),
             float(g.abs().sum()),
             res["seconds"][-1],
         )
