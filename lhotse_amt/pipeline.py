@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Any
 
 from lhotse import CutSet
 from lhotse.cut import Cut
@@ -75,6 +76,18 @@ def _compute_many(
     return [_compute_one(c, extractor, storage_path, storage_type) for c in cuts]
 
 
+def _completed(futures: list[Any]) -> Iterable[Any]:
+    """Futures in completion order (concurrent.futures or Dask), else submission order."""
+    if all(isinstance(f, Future) for f in futures):
+        return as_completed(futures)
+    try:
+        from distributed import as_completed as dask_as_completed
+
+        return dask_as_completed(futures)
+    except ImportError:  # pragma: no cover - any other submit() executor
+        return futures
+
+
 def extract_cuts(
     cuts: CutSet,
     extractor: FeatureExtractor,
@@ -83,11 +96,17 @@ def extract_cuts(
     num_jobs: int = 1,
     storage_type: str = "numpy_files",
     progress_bar: bool = True,
+    executor: Any | None = None,
+    chunk_size: int = 8,
 ) -> CutSet:
     """Compute and store features for ``cuts`` and write ``output_manifest`` atomically.
 
-    Resumes from ``<output_manifest>.partial.jsonl`` when it exists. Returns the cuts
-    with features, in the input order.
+    Resumes from ``<output_manifest>.partial.jsonl`` when it exists. Work runs in this
+    process (``num_jobs=1``), in ``num_jobs`` spawned worker processes, or on ``executor``:
+    anything with ``submit(fn, *args)`` returning futures, e.g. a
+    ``concurrent.futures`` executor or a Dask ``distributed.Client`` (its workers need
+    ``lhotse_amt`` installed and the audio and storage paths visible). Cuts are sent in
+    chunks of ``chunk_size``. Returns the cuts with features, in the input order.
     """
     output_manifest = Path(output_manifest)
     output_manifest.parent.mkdir(parents=True, exist_ok=True)
@@ -113,18 +132,23 @@ def extract_cuts(
             done[d["id"]] = d
             bar.update(1)
 
-        if num_jobs <= 1:
+        if executor is None and num_jobs <= 1:
             for c in todo:
                 record(_compute_one(c, extractor, str(storage_path), storage_type))
         else:
-            with ProcessPoolExecutor(num_jobs, mp_context=get_context("spawn")) as ex:
+            own = executor is None
+            pool = executor or ProcessPoolExecutor(num_jobs, mp_context=get_context("spawn"))
+            try:
                 futs = [
-                    ex.submit(_compute_many, chunk, extractor, str(storage_path), storage_type)
-                    for chunk in _chunks(todo, 8)
+                    pool.submit(_compute_many, chunk, extractor, str(storage_path), storage_type)
+                    for chunk in _chunks(todo, chunk_size)
                 ]
-                for fut in as_completed(futs):
+                for fut in _completed(futs):
                     for d in fut.result():
                         record(d)
+            finally:
+                if own:
+                    pool.shutdown()
     bar.close()
     result = CutSet.from_dicts([done[i] for i in ids])
     tmp = output_manifest.with_name(

@@ -151,3 +151,18 @@ def test_unknown_model_name_is_a_usage_error(corpus):
         [*cmd, "amt", "describe", "amt-nope"], cwd=root, capture_output=True, text=True
     )
     assert r.returncode != 0 and "unknown extractor" in r.stderr
+
+
+def test_extract_cuts_on_an_executor(corpus, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, cuts = corpus
+    ex = Dau1997Extractor(Dau1997Config(stage="adaptation"))
+    with ThreadPoolExecutor(2) as pool:
+        res = extract_cuts(
+            cuts, ex, tmp_path / "f", tmp_path / "o.jsonl.gz", progress_bar=False,
+            executor=pool, chunk_size=1,
+        )  # fmt: skip
+    assert list(res.ids) == list(cuts.ids)
+    for c in res:
+        np.testing.assert_array_equal(c.load_features(), ex.extract(cuts[c.id].load_audio(), 16000))

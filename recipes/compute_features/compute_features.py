@@ -31,9 +31,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -49,7 +47,6 @@ from common.manifests import (  # noqa: E402
 from lhotse import CutSet  # noqa: E402
 from lhotse.features.base import FeatureExtractor  # noqa: E402
 from lhotse.features.io import get_writer  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
 
 from lhotse_amt.pipeline import extract_cuts, partial_manifest_path  # noqa: E402
 
@@ -158,53 +155,16 @@ def extract_dask(
     progress: bool,
 ) -> CutSet:
     """Resumable extraction on a Dask cluster (same progress log as ``extract_cuts``)."""
-    from dask.distributed import as_completed
-
-    # the task is the package's own per-chunk worker (importable in every Dask worker;
-    # it registers the amt-* extractors there)
-    from lhotse_amt.pipeline import _compute_many
-
-    storage_path.mkdir(parents=True, exist_ok=True)
-    partial = partial_manifest_path(manifest)
-    done: dict[str, dict] = {}
-    if partial.exists():
-        for line in partial.read_text().splitlines():
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError:
-                break
-            done[d["id"]] = d
-    ids = [c.id for c in cuts]
-    todo = [c for c in cuts if c.id not in done]
-    futs = [
-        client.submit(
-            _compute_many,
-            todo[i : i + chunk],
-            extractor,
-            str(storage_path),
-            storage_type,
-            pure=False,
-        )
-        for i in range(0, len(todo), chunk)
-    ]
-    bar = tqdm(
-        total=len(ids), initial=len(ids) - len(todo), desc="Dask extraction", disable=not progress
+    return extract_cuts(
+        cuts,
+        extractor,
+        storage_path,
+        manifest,
+        storage_type=storage_type,
+        progress_bar=progress,
+        executor=client,
+        chunk_size=chunk,
     )
-    with open(partial, "a") as f:
-        for fut in as_completed(futs):
-            for d in fut.result():
-                f.write(json.dumps(d) + "\n")
-                done[d["id"]] = d
-                bar.update(1)
-            f.flush()
-            os.fsync(f.fileno())
-    bar.close()
-    result = CutSet.from_dicts([done[i] for i in ids])
-    tmp = manifest.with_name(manifest.name + ".tmp.jsonl.gz")
-    result.to_file(tmp)
-    os.replace(tmp, manifest)
-    partial.unlink()
-    return result
 
 
 def plot_cuts(cuts: CutSet, extractor: FeatureExtractor, path: Path, n: int) -> None:
