@@ -74,6 +74,7 @@ class AuditoryConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AuditoryConfig:
+        """Rebuild a config (of the class it is called on); unknown keys are an error."""
         return config_from_dict(cls, data)
 
 

@@ -33,7 +33,7 @@ from lhotse.features.base import register_extractor
 from torch import Tensor
 
 from ..models.dau1997 import Dau1997
-from .base import AuditoryConfig, AuditoryExtractor, config_from_dict
+from .base import AuditoryConfig, AuditoryExtractor
 
 __all__ = [
     "Dau1997Config",
@@ -117,10 +117,6 @@ class Dau1997Config(AuditoryConfig):
     filter_type: str = "efilt"
     stage: str = "modulation"
     layout: str = "compact"
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Dau1997Config:
-        return config_from_dict(cls, data)
 
 
 class _FusedCPU:
@@ -353,10 +349,6 @@ class Osses2021Config(AuditoryConfig):
     stage: str = "modulation"
     layout: str = "compact"
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Osses2021Config:
-        return config_from_dict(cls, data)
-
 
 @register_extractor
 class Osses2021Extractor(_CASPExtractor):
@@ -521,10 +513,6 @@ class King2019Config(AuditoryConfig):
     modulation_form: str | None = None
     stage: str = "modulation"
     envelope: str = "abs"
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> King2019Config:
-        return config_from_dict(cls, data)
 
 
 @register_extractor
@@ -711,10 +699,6 @@ class Paulick2024Config(AuditoryConfig):
     filter_type: str = "efilt"
     stage: str = "modulation"
     layout: str = "compact"
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Paulick2024Config:
-        return config_from_dict(cls, data)
 
 
 @register_extractor

@@ -64,7 +64,7 @@ from torch import Tensor
 from ..functional import loudness as L
 from ..models.glasberg2002 import Glasberg2002
 from ..models.moore2016 import Moore2016
-from .base import AuditoryConfig, AuditoryExtractor, config_from_dict
+from .base import AuditoryConfig, AuditoryExtractor
 
 __all__ = [
     "Glasberg2002Config",
@@ -119,10 +119,6 @@ class _LoudnessConfig(AuditoryConfig):
     specific: str = "instantaneous"
     include_stl: bool = False
     include_ltl: bool = False
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Any:
-        return config_from_dict(cls, data)
 
 
 @dataclass
