@@ -340,11 +340,22 @@ class AuditoryExtractor(FeatureExtractor):
         for t0 in range(0, t_needed, chunk):
             xc = x[..., t0 : min(t0 + chunk, t_needed)]
             state = self._chunk_frames(model, xc, state, t0, ends, frames)
-        out = []
-        for b in range(B):
-            f = torch.cat(frames[b], -1).transpose(0, 1)
-            assert f.shape[0] == self._num_frames(ends[b])
-            out.append(f)
+        dt = self.torch_dtype
+        return [self._assemble(frames[b], self._num_frames(ends[b]), dt) for b in range(B)]
+
+    @staticmethod
+    def _assemble(parts: list[Tensor], n_frames: int, dtype: torch.dtype) -> Tensor:
+        """``(D, k)`` chunk frames -> one ``(n_frames, D)`` matrix in the model's dtype,
+        filled part by part (no full-size concatenation or transposed copy of a long
+        recording's features)."""
+        D = parts[0].shape[0]
+        out = torch.empty(n_frames, D, dtype=dtype, device=parts[0].device)
+        f0 = 0
+        while parts:
+            p = parts.pop(0)
+            out[f0 : f0 + p.shape[1]] = p.T
+            f0 += p.shape[1]
+        assert f0 == n_frames
         return out
 
     def _run(self, items: list[Tensor], lengths: list[int] | None = None) -> list[Tensor]:
