@@ -2,9 +2,9 @@
 
 Pre-filter and low-pass sections run in float64 (their poles lie within ~1e-3 of z = 1),
 the resonator bands too (on the float64 low-passed input), and every band is written
-straight into the
-``(B, C, M, T)`` output: no intermediate tensors, concatenation or dtype conversions. Same
-recursions and output rule as :func:`lhotse_amt.functional.modulation.modulation_filterbank`.
+straight into the ``(B, C, M, T)`` output: no intermediate tensors, concatenation or dtype
+conversions. Same recursions and output rule as
+:func:`lhotse_amt.functional.modulation.modulation_filterbank`.
 """
 
 from __future__ import annotations
