@@ -313,13 +313,29 @@ _TM = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
 @njit(**_TM)
+def _sections_tm(v, sos, z0, z1):  # pragma: no cover - compiled
+    # one sample of S shared second-order sections on the channel row v (in place);
+    # states z0/z1 (S, C)
+    C = v.shape[0]
+    for s in range(sos.shape[0]):
+        b0, b1, b2, a1, a2 = sos[s, 0], sos[s, 1], sos[s, 2], sos[s, 4], sos[s, 5]
+        r0 = z0[s]
+        r1 = z1[s]
+        for c in range(C):
+            x = v[c]
+            out = b0 * x + r0[c]
+            r0[c] = b1 * x - a1 * out + r1[c]
+            r1[c] = b2 * x - a2 * out
+            v[c] = out
+
+
+@njit(**_TM)
 def _gammatone_ihc_tm1(x, pr, pi, g2, K, zr, zi, sos, z0, z1, rect, y):  # pragma: no cover
     # one item: x (T,); pole pr/pi, 2 x real gain g2 (C,); states zr/zi (K, C); IHC
     # sections sos (S, 6), states z0/z1 (S, C); y (T, C). Every channel loop is innermost
     # over contiguous rows of local copies, so LLVM vectorises it (SIMD across channels).
     T = x.shape[0]
     C = pr.shape[0]
-    S = sos.shape[0]
     sr = zr.copy()
     si = zi.copy()
     a0 = z0.copy()
@@ -348,16 +364,7 @@ def _gammatone_ihc_tm1(x, pr, pi, g2, K, zr, zi, sos, z0, z1, rect, y):  # pragm
         else:
             for c in range(C):
                 ur[c] = g2[c] * ur[c]
-        for s in range(S):
-            b0, b1, b2, c1, c2 = sos[s, 0], sos[s, 1], sos[s, 2], sos[s, 4], sos[s, 5]
-            r0 = a0[s]
-            r1 = a1[s]
-            for c in range(C):
-                w = ur[c]
-                out = b0 * w + r0[c]
-                r0[c] = b1 * w - c1 * out + r1[c]
-                r1[c] = b2 * w - c2 * out
-                ur[c] = out
+        _sections_tm(ur, sos, a0, a1)
         yn = y[n]
         for c in range(C):
             yn[c] = ur[c]
@@ -821,23 +828,6 @@ def adaptation_time_major(
 # --------------------------------------------------------------------------------------
 # King et al. (2019) chain after the compression, fused with frame pooling (time-major)
 # --------------------------------------------------------------------------------------
-
-
-@njit(**_TM)
-def _sections_tm(v, sos, z0, z1):  # pragma: no cover - compiled
-    # one sample of S shared second-order sections on the channel row v (in place);
-    # states z0/z1 (S, C)
-    C = v.shape[0]
-    for s in range(sos.shape[0]):
-        b0, b1, b2, a1, a2 = sos[s, 0], sos[s, 1], sos[s, 2], sos[s, 4], sos[s, 5]
-        r0 = z0[s]
-        r1 = z1[s]
-        for c in range(C):
-            x = v[c]
-            out = b0 * x + r0[c]
-            r0[c] = b1 * x - a1 * out + r1[c]
-            r1[c] = b2 * x - a2 * out
-            v[c] = out
 
 
 @njit(**_TM)
