@@ -123,6 +123,7 @@ class AuditoryExtractor(FeatureExtractor):
         d = self.__dict__.copy()
         d["_models"] = {}
         d.pop("_lock", None)
+        d.pop("_fused_plans", None)  # per-model kernel layouts (keyed by model id)
         return d
 
     def __setstate__(self, d: dict) -> None:

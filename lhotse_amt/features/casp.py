@@ -234,30 +234,25 @@ class _CASPExtractor(_MUMixing, _FusedCPU, AuditoryExtractor):
     def _fused_block_sums(
         self, model: torch.nn.Module, x: Tensor, state: dict, t0: int, ends: list[int]
     ) -> tuple[Tensor, Any]:
-        # gammatone + half-wave + IHC sections, adaptation loops (time-major), modulation
-        # filterbank fused with pooling
-        from ..functional.gammatone import gammatone_poles
-        from ..kernels import cpu
+        # ear filters (model-specific), then gammatone, IHC, adaptation loops and the
+        # modulation filterbank fused with pooling in one kernel pass
+        from ..kernels import casp
 
         u, front = self._fused_front(model, x, state.get("model"))
-        fb, mod = model.filterbank, model.modulation
-        pole, gain = gammatone_poles(fb.fc.double(), fb.fs, fb.n, fb.erb_scale.double())
-        ihc, fst = cpu.gammatone_ihc_time_major(u, pole, gain, fb.n, model.ihc.sos, state.get("fb"))
-        a, ast = cpu.adaptation_time_major(ihc, model.adaptation, state.get("adaptation"))
-        sums, mstate = cpu.modulation_bank_pooled(
-            a,
-            mod.lp_sos,
-            mod.prefilter_sos,
-            mod.poles[:, 1:, 0],
-            mod.gains[:, 1:, 0],
-            mod.use_abs[:, 1:],
-            mod.scale,
-            state.get("mod"),
+        precise = self.torch_dtype == torch.float64
+        plans = self.__dict__.setdefault("_fused_plans", {})
+        key = (id(model), precise)
+        if key not in plans:
+            plans[key] = casp.CASPPooledPlan(model, precise)
+        sums, kst = casp.casp_pooled(
+            plans[key],
+            u,
+            state.get("kernel"),
             self.hop,
             [n - t0 for n in ends],
             self.config.pooling == "rms",
         )
-        return sums, {"model": front, "fb": fst, "adaptation": ast, "mod": mstate}
+        return sums, {"model": front, "kernel": kst}
 
     def _sample_features(self, model: torch.nn.Module, x: Tensor, state: Any) -> tuple[Tensor, Any]:
         st = state or {}

@@ -11,8 +11,10 @@ from torch import Tensor, nn
 
 from ..functional.ear import (
     COMPENSATIONS,
+    fir_block_length,
     fir_filter,
     fir_filter_compensated,
+    fir_spectrum,
     headphone_fir,
     middle_ear_fir,
 )
@@ -88,9 +90,23 @@ class EarFIRFilter(nn.Module):
         if end is not None:
             idx = torch.arange(pos, pos + T, device=x.device)
             x = x * (idx[None, :] < end.to(x.device)[:, None]).to(x.dtype)
-        y, hist = fir_filter(x, self.h, st["hist"], return_state=True)
+        y, hist = fir_filter(x, self.h, st["hist"], return_state=True, spectrum=self._spectrum(x))
         d = min(int(st["drop"]), T)
         return y[..., d:], {"hist": hist, "pos": pos + T, "drop": int(st["drop"]) - d}
+
+    def _spectrum(self, x: Tensor) -> Tensor | None:
+        """The taps' overlap-save spectrum in ``x``'s dtype and device, computed once per
+        taps version (``None`` for learnable taps: computed in the graph each call)."""
+        if self.h.requires_grad and torch.is_grad_enabled():
+            return None
+        version = -1 if self.h.is_inference() else self.h._version
+        key = (x.dtype, x.device, self.h.data_ptr(), version)
+        cache = self.__dict__.setdefault("_spectra", {})
+        if key not in cache:
+            cache.clear()
+            h = self.h.detach().to(dtype=x.dtype, device=x.device)
+            cache[key] = fir_spectrum(h, fir_block_length(self.numtaps))
+        return cache[key]
 
     def extra_repr(self) -> str:
         return f"numtaps={self.numtaps}, compensation={self.compensation!r}"

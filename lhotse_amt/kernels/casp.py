@@ -1,0 +1,424 @@
+"""Fused, pooled CPU kernel of the CASP chain (Dau et al. 1997 / Osses & Kohlrausch 2021):
+gammatone filterbank -> half-wave rectification + IHC low-pass -> adaptation loops ->
+modulation filterbank (``efilt``) -> sums over frame blocks, in one pass over the samples.
+
+Nothing sample-rate sized is stored: per sample, every stage updates a few rows of state
+that stay in the L1 cache, and only the per-block sums ``(nblk, D)`` are written. Layout
+for SIMD (numba / LLVM vectorise the innermost loops):
+
+* the auditory channels are padded to ``P`` (a multiple of 8) lanes; padding lanes repeat
+  channel 0 and are dropped;
+* the modulation bands run as one flat row of ``L`` "band lanes", one per (channel, band)
+  pair that exists, grouped by output rule (signed real part first, then ``|.|``) and
+  padded to multiples of 8, so a single contiguous loop updates every complex one-pole
+  band of every channel.
+
+Arithmetic (``precise=True``): float64 throughout, the same recursions as
+:func:`lhotse_amt.functional.gammatone.gammatone`, :func:`lhotse_amt.functional.ihc`,
+:func:`lhotse_amt.functional.adaptation.adaptation_loops_reference` and
+:func:`lhotse_amt.functional.modulation.modulation_filterbank` (agreement ~1e-13 relative;
+the library ``exp`` of the overshoot limiter is an inline polynomial accurate to ~1 ulp).
+``precise=False`` (float32 features) keeps every recursion and state in float64 but
+evaluates the two non-recursive, expensive per-sample functions in float32: the limiter
+correction ``m (1 - e) / (1 + e)``, ``e = exp(-2 (v - 1) / m)`` (absolute error < 1e-6
+on a value >= 1), and the band magnitude ``sqrt(re^2 + im^2)`` (relative error < 1e-7).
+float32 sqrt and division run 3-4 times faster than float64 on x86 SIMD units.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
+
+from .cpu import _exp_nonpos, _threads
+
+__all__ = ["CASPPooledPlan", "casp_pooled"]
+
+_F = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"contract"})
+
+_LOG2E_F = np.float32(1.4426950408889634)
+_LN2HI_F = np.float32(0.693359375)
+_LN2LO_F = np.float32(-2.12194440e-4)
+_E = tuple(np.float32(1.0 / f) for f in (1, 1, 2, 6, 24, 120, 720, 5040, 40320))
+
+
+@intrinsic
+def _f32_from_bits(typingctx, i):  # pragma: no cover - compiled
+    sig = types.float32(types.int32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return sig, codegen
+
+
+@njit(inline="always", **_F)
+def _exp32_nonpos(u):  # pragma: no cover - compiled
+    # float32 exp(u) for -37.5 <= u <= 0 without a library call (vectorisable): Cody-Waite
+    # reduction u = k ln2 + r, |r| <= ln2 / 2, degree-8 Taylor polynomial (truncation
+    # < 6e-9 relative), 2^k from the float32 exponent bits
+    k = np.floor(u * _LOG2E_F + np.float32(0.5))
+    r = (u - k * _LN2HI_F) - k * _LN2LO_F
+    p = _E[8]
+    p = p * r + _E[7]
+    p = p * r + _E[6]
+    p = p * r + _E[5]
+    p = p * r + _E[4]
+    p = p * r + _E[3]
+    p = p * r + _E[2]
+    p = p * r + _E[1]
+    p = p * r + _E[0]
+    return p * _f32_from_bits((np.int32(k) + np.int32(127)) << np.int32(23))
+
+
+@njit(**_F)
+def _exp32_array(x, y):  # pragma: no cover - compiled (tests)
+    for i in range(x.shape[0]):
+        y[i] = _exp32_nonpos(x[i])
+
+
+def exp32_nonpos(x: np.ndarray) -> np.ndarray:
+    """The kernel's float32 ``exp`` on ``x`` in ``[-37.5, 0]`` (for tests)."""
+    x = np.ascontiguousarray(x, np.float32)
+    y = np.empty_like(x)
+    _exp32_array(x, y)
+    return y
+
+
+@njit(inline="always", **_F)
+def _sections(v, sos, z0, z1):  # pragma: no cover - compiled
+    # S second-order sections (transposed direct form II, shared coefficients) on the row
+    # v in place; states z0/z1 (S, P). 2-D indexing, no row views: views inside the
+    # sample loop cost reference-count updates that the branches keep numba from pruning
+    P = v.shape[0]
+    for s in range(sos.shape[0]):
+        b0, b1, b2, a1, a2 = sos[s, 0], sos[s, 1], sos[s, 2], sos[s, 4], sos[s, 5]
+        for c in range(P):
+            x = v[c]
+            out = b0 * x + z0[s, c]
+            z0[s, c] = b1 * x - a1 * out + z1[s, c]
+            z1[s, c] = b2 * x - a2 * out
+            v[c] = out
+
+
+@njit(**_F)
+def _casp_item(
+    x, end, hop, square, precise,
+    pr, pi, g2, gre, gim,
+    ihc, ihz0, ihz1,
+    aa, ab, am, aq, ast, minlvl, use_limit, off, scale,
+    pre, prz0, prz1, lp, lpz0, lpz1, sc0,
+    runs, nsig, ar, ai, cr, ci, xr, xi,
+    sums,
+):  # pragma: no cover - compiled  # fmt: skip
+    # every loop inside the sample loop runs from 0 over contiguous rows with 2-D
+    # indexing (no views, non-negative indices): LLVM vectorises all of them
+    T = min(x.shape[0], end)
+    K, P = gre.shape
+    J = aa.shape[0]
+    L = ar.shape[0]
+    nabs = L - nsig
+    v = np.empty(P)
+    w = np.empty(P)
+    ur = np.empty(P)
+    ui = np.empty(P)
+    t32 = np.empty(P, np.float32)
+    am32 = am.astype(np.float32)
+    u = np.empty(L)
+    acc0 = np.zeros(P)
+    acc = np.zeros(L)
+    # |.| lanes as separate arrays starting at 0
+    xra = xr[nsig:].copy()
+    xia = xi[nsig:].copy()
+    ara = ar[nsig:].copy()
+    aia = ai[nsig:].copy()
+    cra = cr[nsig:].copy()
+    acca = np.zeros(nabs)
+    m32 = np.empty(nabs, np.float32)
+    ua = u[nsig:]
+    R = runs.shape[0]
+    f1 = np.float32(1.0)
+    blk = 0
+    cnt = 0
+    for n in range(T):
+        # gammatone: K complex one-pole stages, output 2 Re(.) g
+        xn = x[n]
+        for c in range(P):
+            ur[c] = xn
+            ui[c] = 0.0
+        for k in range(K):
+            for c in range(P):
+                nr = pr[c] * gre[k, c] - pi[c] * gim[k, c] + ur[c]
+                ni = pr[c] * gim[k, c] + pi[c] * gre[k, c] + ui[c]
+                gre[k, c] = nr
+                gim[k, c] = ni
+                ur[c] = nr
+                ui[c] = ni
+        # half-wave rectification, IHC low-pass, floor of the adaptation loops
+        for c in range(P):
+            q = g2[c] * ur[c]
+            v[c] = q if q > 0.0 else 0.0
+        _sections(v, ihc, ihz0, ihz1)
+        for c in range(P):
+            q = v[c]
+            v[c] = q if q > minlvl else minlvl
+        # adaptation loops: q = v / s, the overshoot limiter where q > 1 (evaluated only
+        # when some channel needs it: the first loops almost never do), state update
+        for j in range(J):
+            hits = False
+            for c in range(P):
+                q = v[c] / ast[j, c]
+                v[c] = q
+                hits |= q > 1.0
+            if use_limit and hits:
+                if precise:
+                    for c in range(P):
+                        q = v[c]
+                        t = (q - 1.0) * aq[j, c]
+                        t = t if t > -37.5 else -37.5
+                        t = t if t < 0.0 else 0.0
+                        lim = 2.0 * am[j, c] / (1.0 + _exp_nonpos(t)) - (am[j, c] - 1.0)
+                        v[c] = lim if q > 1.0 else q
+                else:
+                    for c in range(P):
+                        t = np.float32((v[c] - 1.0) * aq[j, c])
+                        t = t if t > np.float32(-37.5) else np.float32(-37.5)
+                        t32[c] = t if t < np.float32(0.0) else np.float32(0.0)
+                    for c in range(P):  # pure float32: 8 lanes per vector
+                        e = _exp32_nonpos(t32[c])
+                        t32[c] = am32[j, c] * (f1 - e) / (f1 + e)
+                    for c in range(P):
+                        q = v[c]
+                        lim = 1.0 + np.float64(t32[c])
+                        v[c] = lim if q > 1.0 else q
+            for c in range(P):
+                ast[j, c] = aa[j, c] * ast[j, c] + ab[j, c] * v[c]
+        for c in range(P):
+            v[c] = (v[c] - off) * scale
+        # modulation filterbank: optional pre-filter, low-pass band, band lanes
+        _sections(v, pre, prz0, prz1)
+        for c in range(P):
+            w[c] = v[c]
+        _sections(w, lp, lpz0, lpz1)
+        for c in range(P):
+            q = sc0[c] * w[c]
+            acc0[c] += q * q if square else q
+        for r in range(R):  # band lanes <- runs of consecutive channels
+            o = runs[r, 0]
+            c0 = runs[r, 1]
+            for i in range(runs[r, 2]):
+                u[o + i] = v[c0 + i]
+        for i in range(nsig):
+            nr = ar[i] * xr[i] - ai[i] * xi[i] + u[i]
+            ni = ar[i] * xi[i] + ai[i] * xr[i]
+            xr[i] = nr
+            xi[i] = ni
+            q = cr[i] * nr - ci[i] * ni
+            acc[i] += q * q if square else q
+        for i in range(nabs):
+            nr = ara[i] * xra[i] - aia[i] * xia[i] + ua[i]
+            ni = ara[i] * xia[i] + aia[i] * xra[i]
+            xra[i] = nr
+            xia[i] = ni
+        if precise:
+            for i in range(nabs):
+                a = xra[i]
+                b = xia[i]
+                q = cra[i] * math.sqrt(a * a + b * b)
+                acca[i] += q * q if square else q
+        else:
+            for i in range(nabs):
+                a = xra[i]
+                b = xia[i]
+                m32[i] = np.float32(a * a + b * b)
+            for i in range(nabs):  # pure float32
+                m32[i] = math.sqrt(m32[i])
+            for i in range(nabs):
+                q = cra[i] * np.float64(m32[i])
+                acca[i] += q * q if square else q
+        cnt += 1
+        if cnt == hop or n == T - 1:
+            for c in range(P):
+                sums[blk, c] = acc0[c]
+                acc0[c] = 0.0
+            for i in range(nsig):
+                sums[blk, P + i] = acc[i]
+                acc[i] = 0.0
+            for i in range(nabs):
+                sums[blk, P + nsig + i] = acca[i]
+                acca[i] = 0.0
+            blk += 1
+            cnt = 0
+    xr[nsig:] = xra
+    xi[nsig:] = xia
+
+
+@njit(parallel=True, **_F)
+def _casp_batch(
+    x, ends, hop, square, precise,
+    pr, pi, g2, gre, gim,
+    ihc, ihz,
+    aa, ab, am, aq, ast, minlvl, use_limit, off, scale,
+    pre, prz, lp, lpz, sc0,
+    runs, nsig, ar, ai, cr, ci, xr, xi,
+    sums,
+):  # pragma: no cover - compiled  # fmt: skip
+    for b in prange(x.shape[0]):
+        _casp_item(
+            x[b], ends[b], hop, square, precise,
+            pr, pi, g2, gre[b], gim[b],
+            ihc, ihz[b, 0], ihz[b, 1],
+            aa, ab, am, aq, ast[b], minlvl, use_limit, off, scale,
+            pre, prz[b, 0], prz[b, 1], lp, lpz[b, 0], lpz[b, 1], sc0,
+            runs, nsig, ar, ai, cr, ci, xr[b], xi[b],
+            sums[b],
+        )  # fmt: skip
+
+
+def _pad8(n: int) -> int:
+    return (n + 7) // 8 * 8
+
+
+class CASPPooledPlan:
+    """Coefficients of the fused kernel for one model, laid out once (per model and
+    hop; reuse it for every chunk).
+
+    Args:
+        model: a :class:`~lhotse_amt.models.Dau1997` / :class:`~lhotse_amt.models.Osses2021`
+            (anything with ``filterbank``, ``ihc.sos (S, 6)``, ``adaptation`` and an
+            ``efilt`` ``modulation`` module with one pole per band).
+        precise: float64 limiter and band magnitudes (module docstring).
+    """
+
+    def __init__(self, model: torch.nn.Module, precise: bool) -> None:
+        from ..functional.adaptation import adaptation_coefficients
+        from ..functional.gammatone import gammatone_poles
+
+        fb, mod, ad = model.filterbank, model.modulation, model.adaptation
+        pole, gain = gammatone_poles(fb.fc.double(), fb.fs, fb.n, fb.erb_scale.double())
+        p = pole.detach().cpu().numpy().astype(np.complex128)
+        C = p.shape[0]
+        P = _pad8(C)
+        pad = np.r_[np.arange(C), np.zeros(P - C, np.int64)]
+        self.C, self.P, self.K, self.precise = C, P, int(fb.n), bool(precise)
+        self.pr = np.ascontiguousarray(p.real[pad])
+        self.pi = np.ascontiguousarray(p.imag[pad])
+        self.g2 = np.ascontiguousarray(2.0 * gain.detach().cpu().numpy().astype(np.float64)[pad])
+        self.ihc = np.ascontiguousarray(model.ihc.sos.detach().cpu().numpy().astype(np.float64))
+        # adaptation loops
+        tau = ad.tau.detach().to("cpu", torch.float64)
+        minlvl = 10.0 ** ((ad.minspl - ad.dboffset) / 20.0)
+        a, m, s0 = adaptation_coefficients(tau, ad.fs, ad.limit, minlvl)
+        J = a.shape[-1]
+        self.J = J
+        self.aa = np.ascontiguousarray(np.broadcast_to(a.numpy()[:, None], (J, P)))
+        self.ab = np.ascontiguousarray(1.0 - self.aa)
+        self.am = np.ascontiguousarray(np.broadcast_to(m.numpy()[:, None], (J, P)))
+        self.use_limit = bool(ad.limit > 1.0)
+        with np.errstate(divide="ignore"):
+            self.aq = -2.0 / self.am if self.use_limit else np.zeros_like(self.am)
+        self.s0 = s0.numpy().astype(np.float64)
+        self.minlvl = float(minlvl)
+        self.off = float(minlvl ** (1.0 / 2.0**J))
+        self.scale = 100.0 / (1.0 - self.off)
+        # modulation filterbank: pre-filter, low-pass band 0, band lanes
+        self.pre = (
+            np.zeros((0, 6))
+            if mod.prefilter_sos is None
+            else mod.prefilter_sos.detach().cpu().numpy().astype(np.float64).reshape(-1, 6)
+        )
+        self.lp = mod.lp_sos.detach().cpu().numpy().astype(np.float64).reshape(-1, 6)
+        sc = mod.scale.detach().cpu().numpy().astype(np.float64)  # (C, M + 1)
+        M1 = sc.shape[1]
+        self.M1 = M1
+        self.sc0 = np.ascontiguousarray(sc[:, 0][pad])
+        bp = mod.poles[:, 1:, 0].detach().cpu().numpy().astype(np.complex128)  # (C, M)
+        g = mod.gains[:, 1:, 0].detach().cpu().numpy().astype(np.complex128)
+        ab = mod.use_abs[:, 1:].detach().cpu().numpy().astype(bool)
+        scb = sc[:, 1:]
+        # band lanes, band-major within each output group (signed, then |.|): each band's
+        # channels form runs of consecutive channels, copied per sample as slices
+        live = scb != 0.0
+        runs, lane_c, lane_m = [], [], []
+        for want_abs in (False, True):
+            for mb in range(bp.shape[1]):
+                cs = np.flatnonzero(live[:, mb] & (ab[:, mb] == want_abs))
+                for run in np.split(cs, np.flatnonzero(np.diff(cs) != 1) + 1):
+                    if run.size:
+                        runs.append((len(lane_c), int(run[0]), int(run.size)))
+                        lane_c.extend(run.tolist())
+                        lane_m.extend([mb] * run.size)
+            if not want_abs:
+                self.nsig = len(lane_c)
+        cc, mm = np.asarray(lane_c, np.int64), np.asarray(lane_m, np.int64)
+        pp = bp[cc, mm]
+        gg = g[cc, mm] * scb[cc, mm]
+        isabs = np.arange(cc.size) >= self.nsig
+        # (first lane, first channel, length) of each run, unsigned (no wraparound)
+        self.runs = np.asarray(runs, np.uint64).reshape(-1, 3)
+        self.ar, self.ai = np.ascontiguousarray(pp.real), np.ascontiguousarray(pp.imag)
+        self.cr = np.ascontiguousarray(np.where(isabs, np.abs(gg), gg.real))
+        self.ci = np.ascontiguousarray(np.where(isabs, 0.0, gg.imag))
+        self.L = int(cc.size)
+        col = cc * M1 + mm + 1
+        # kernel column (P + L) -> output position c * M1 + m (band 0 = low-pass)
+        kcol = np.r_[np.where(np.arange(P) < C, np.arange(P) * M1, -1), col]
+        keep = np.flatnonzero(kcol >= 0)
+        self.scatter_from = torch.as_tensor(keep)
+        self.scatter_to = torch.as_tensor(kcol[keep])
+
+    def initial_state(self, B: int) -> dict[str, np.ndarray]:
+        """Zero filter states and the adaptation loops at rest (``B`` items)."""
+        P, K, J, L = self.P, self.K, self.J, self.L
+        return {
+            "gre": np.zeros((B, K, P)),
+            "gim": np.zeros((B, K, P)),
+            "ihc": np.zeros((B, 2, self.ihc.shape[0], P)),
+            "adapt": np.ascontiguousarray(np.broadcast_to(self.s0[None, :, None], (B, J, P))),
+            "pre": np.zeros((B, 2, self.pre.shape[0], P)),
+            "lp": np.zeros((B, 2, self.lp.shape[0], P)),
+            "xr": np.zeros((B, L)),
+            "xi": np.zeros((B, L)),
+        }
+
+
+def casp_pooled(
+    plan: CASPPooledPlan,
+    x: torch.Tensor,
+    state: dict[str, np.ndarray] | None,
+    hop: int,
+    ends: list[int],
+    square: bool,
+) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+    """Run the fused chain on ``x (B, T)`` (the gammatone input) and sum the features over
+    blocks of ``hop`` samples (samples at or after ``ends[b]`` are not used).
+
+    Returns the block sums ``(B, C, M + 1, ceil(T / hop))`` (of squares if ``square``;
+    zero for bands a channel lacks; band 0 is the low-pass band) and the new state (numpy
+    arrays in this function's own layout, see :meth:`CASPPooledPlan.initial_state`; the
+    input state is not modified).
+    """
+    _threads()
+    xn = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
+    B, T = xn.shape
+    st = plan.initial_state(B) if state is None else {k: v.copy() for k, v in state.items()}
+    nblk = -(-T // hop)
+    sums = np.zeros((B, nblk, plan.P + plan.L))
+    p = plan
+    _casp_batch(
+        xn, np.asarray(ends, np.int64), int(hop), bool(square), p.precise,
+        p.pr, p.pi, p.g2, st["gre"], st["gim"],
+        p.ihc, st["ihc"],
+        p.aa, p.ab, p.am, p.aq, st["adapt"], p.minlvl, p.use_limit, p.off, p.scale,
+        p.pre, st["pre"], p.lp, st["lp"], p.sc0,
+        p.runs, p.nsig, p.ar, p.ai, p.cr, p.ci, st["xr"], st["xi"],
+        sums,
+    )  # fmt: skip
+    out = torch.zeros((B, nblk, p.C * p.M1), dtype=torch.float64)
+    out[:, :, p.scatter_to] = torch.from_numpy(sums)[:, :, p.scatter_from]
+    return out.reshape(B, nblk, p.C, p.M1).permute(0, 2, 3, 1), st
