@@ -1,5 +1,7 @@
-"""Fused time-major CPU feature paths (Dau1997, Osses2021, King2019 extractors): equal to
-the stage-wise paths, chunked == one-shot, batch == single."""
+"""Fused pooled CPU feature paths (Dau1997, Osses2021, King2019 extractors; kernels in
+:mod:`lhotse_amt.kernels.casp` and :mod:`lhotse_amt.kernels.king2019`): equal to the
+stage-wise paths, chunked == one-shot, batch == single; and the kernels' inline
+exp / log against numpy."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ CASES = {
     "osses2021-amt": (Osses2021Extractor, Osses2021Config, {"preset": "amt-1.4"}),
     "king2019": (King2019Extractor, King2019Config, {}),
     "king2019-rms": (King2019Extractor, King2019Config, {"pooling": "rms", "lp_150hz": True}),
+    "king2019-power": (King2019Extractor, King2019Config, {"compression_type": "power"}),
 }
 
 
@@ -110,3 +113,17 @@ def test_fused_batch_equals_single(case: str) -> None:
         single = ex.extract(x, FS)
         assert f.shape == single.shape
         np.testing.assert_allclose(f, single, rtol=1e-6, atol=1e-6 * np.abs(single).max())
+
+
+def test_inline_exp_log_accuracy() -> None:
+    from lhotse_amt.kernels import casp, king2019
+
+    u = np.linspace(-37.5, 0.0, 200001)
+    ref = np.exp(u)
+    assert np.max(np.abs(casp.exp_nonpos(u) / ref - 1.0)) < 5e-16
+    u32 = u.astype(np.float32)
+    ref32 = np.exp(u32.astype(np.float64))
+    assert np.max(np.abs(casp.exp32_nonpos(u32) / ref32 - 1.0)) < 3e-7
+    a = np.exp(np.linspace(np.log(1e-200), np.log(1e30), 200001))
+    for n in (0.3, 0.5, 1.0):
+        assert np.max(np.abs(king2019.pow_pos(a, n) / a**n - 1.0)) < 1e-9

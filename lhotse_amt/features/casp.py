@@ -24,6 +24,7 @@ are treated as silence. Extracting from the mixed audio (``mix_eagerly=True``, o
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -150,6 +151,22 @@ class _FusedCPU:
     def _column_index(self) -> np.ndarray | None:
         return None
 
+    def _fused_plan(self, model: torch.nn.Module, make: Any) -> Any:
+        """The kernel layout ``make(model64, precise)`` of ``model``, built once and cached.
+        The kernels compute in float64 whatever the config dtype, so their coefficients
+        come from a float64 twin of the model (not from float32-rounded buffers)."""
+        plans = self.__dict__.setdefault("_fused_plans", {})
+        key = id(model)
+        if key not in plans:
+            precise = self.torch_dtype == torch.float64
+            if precise:
+                m64 = model
+            else:
+                twin = type(self)(dataclasses.replace(self.config, dtype="float64"))
+                m64 = twin.model("cpu")
+            plans[key] = make(m64, precise)
+        return plans[key]
+
     def _chunk_frames(
         self,
         model: torch.nn.Module,
@@ -239,13 +256,9 @@ class _CASPExtractor(_MUMixing, _FusedCPU, AuditoryExtractor):
         from ..kernels import casp
 
         u, front = self._fused_front(model, x, state.get("model"))
-        precise = self.torch_dtype == torch.float64
-        plans = self.__dict__.setdefault("_fused_plans", {})
-        key = (id(model), precise)
-        if key not in plans:
-            plans[key] = casp.CASPPooledPlan(model, precise)
+        plan = self._fused_plan(model, casp.CASPPooledPlan)
         sums, kst = casp.casp_pooled(
-            plans[key],
+            plan,
             u,
             state.get("kernel"),
             self.hop,
@@ -611,34 +624,25 @@ class King2019Extractor(_KingMixing, _FusedCPU, AuditoryExtractor):
     def _fused_block_sums(
         self, model: torch.nn.Module, x: Tensor, state: dict, t0: int, ends: list[int]
     ) -> tuple[Tensor, Any]:
-        # gammatone (time-major kernel), the model's compression (vectorised torch, model
-        # dtype), then IHC, high-pass, band-pass bank and the envelope rule fused with
-        # pooling
-        from ..functional.gammatone import gammatone_poles
-        from ..kernels import cpu
+        # gammatone, compression, IHC, high-pass, band-pass bank and the envelope rule fused
+        # with pooling in one kernel pass
+        from ..kernels import king2019
 
-        fb = model.filterbank
-        pole, gain = gammatone_poles(fb.fc.double(), fb.fs, fb.n, fb.erb_scale.double())
-        g, fst = cpu.gammatone_ihc_time_major(x[:, 0], pole, gain, fb.n, None, state.get("fb"))
-        u = model.compression(torch.from_numpy(g).to(model.dtype)).numpy()
-        mfc = model.mfc.detach().double().cpu().numpy()
-        env = (mfc > model.pi_cutoff) & (self.config.envelope == "abs")
-        post = [model.adaptation_filter.sos]
-        if model.lp150_filter is not None:
-            post.append(model.lp150_filter.sos)
-        sums, kst = cpu.king_bank_pooled(
-            u,
-            model.ihc.sos,
-            post,
-            model.modulation_filterbank.sos,
-            np.where(env, np.pi / (2.0 * np.sqrt(2.0)), 1.0),
-            env,
-            state.get("king"),
+        def make(m64: torch.nn.Module, precise: bool) -> king2019.KingPooledPlan:
+            mfc = m64.mfc.detach().double().cpu().numpy()
+            env = (mfc > m64.pi_cutoff) & (self.config.envelope == "abs")
+            gain = np.where(env, np.pi / (2.0 * np.sqrt(2.0)), 1.0)
+            return king2019.KingPooledPlan(m64, gain, env, precise)
+
+        sums, kst = king2019.king_pooled(
+            self._fused_plan(model, make),
+            x[:, 0],
+            state.get("kernel"),
             self.hop,
             [n - t0 for n in ends],
             self.config.pooling == "rms",
         )
-        return sums, {"fb": fst, "king": kst}
+        return sums, {"kernel": kst}
 
     def _sample_features(self, model: torch.nn.Module, x: Tensor, state: Any) -> tuple[Tensor, Any]:
         out, new = model.stream(x[:, 0], state, upto=self.config.stage)
