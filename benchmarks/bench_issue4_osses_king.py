@@ -6,7 +6,7 @@ RTF is per second of audio, i.e. time / (batch x duration)). Model forward = the
 model (Osses2021: list of modulation bands; King2019: phase-insensitive (B, T, F, M)
 output); extractor = ``extract_batch`` of the registered ``amt-*`` extractor with its
 default config at 44.1 kHz (10-ms frames, 2-s chunks): ``fused`` is the default
-(time-major fused CPU path), ``stagewise`` the same extractor with the fused path off,
+(fused pooled CPU kernel), ``stagewise`` the same extractor with the fused path off,
 timed alternately in the same process (best of ``--reps``). Prints the peak resident set
 size after each row.
 

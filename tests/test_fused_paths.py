@@ -116,14 +116,14 @@ def test_fused_batch_equals_single(case: str) -> None:
 
 
 def test_inline_exp_log_accuracy() -> None:
-    from lhotse_amt.kernels import casp, king2019
+    from lhotse_amt.kernels import fastmath
 
     u = np.linspace(-37.5, 0.0, 200001)
     ref = np.exp(u)
-    assert np.max(np.abs(casp.exp_nonpos(u) / ref - 1.0)) < 5e-16
+    assert np.max(np.abs(fastmath.exp_nonpos(u) / ref - 1.0)) < 5e-16
     u32 = u.astype(np.float32)
     ref32 = np.exp(u32.astype(np.float64))
-    assert np.max(np.abs(casp.exp32_nonpos(u32) / ref32 - 1.0)) < 3e-7
+    assert np.max(np.abs(fastmath.exp32_nonpos(u32) / ref32 - 1.0)) < 3e-7
     a = np.exp(np.linspace(np.log(1e-200), np.log(1e30), 200001))
     for n in (0.3, 0.5, 1.0):
-        assert np.max(np.abs(king2019.pow_pos(a, n) / a**n - 1.0)) < 1e-9
+        assert np.max(np.abs(fastmath.pow_pos(a, n) / a**n - 1.0)) < 1e-9

@@ -121,13 +121,16 @@ class Dau1997Config(AuditoryConfig):
 
 
 class _FusedCPU:
-    """Fused time-major CPU feature path (inference on the CPU, ``stage="modulation"``).
+    """Fused pooled CPU feature path (inference on the CPU, ``stage="modulation"``).
 
     A model opts in through :meth:`_fused_supported` and :meth:`_fused_block_sums`, which
-    runs its chain with the time-major kernels of :mod:`lhotse_amt.kernels.cpu` (the
-    innermost loops run over channels: SIMD across channels) and returns per-block sums
-    of the features, so no sample-rate ``(B, C, M, T)`` tensor is built. The recursions
-    run in float64; in float64 the result equals the stage-wise path to rounding.
+    runs its whole chain in one kernel pass over the samples
+    (:mod:`lhotse_amt.kernels.casp`, :mod:`lhotse_amt.kernels.king2019`: SIMD across
+    channels and modulation bands) and returns per-block sums of the features, so no
+    sample-rate tensor is built. The recursions run in float64 with coefficients from a
+    float64 twin of the model; in float64 the result equals the stage-wise path to
+    rounding, in float32 it is within 1e-5 of it (the kernels' float32 limiter and band
+    magnitudes, see :mod:`lhotse_amt.kernels.casp`).
     """
 
     def _fused_ok(self, model: torch.nn.Module, x: Tensor) -> bool:

@@ -31,108 +31,14 @@ import math
 
 import numpy as np
 import torch
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.extending import intrinsic
+from numba import njit, prange
 
 from .cpu import _threads
+from .fastmath import KERNEL_OPTS, exp32_nonpos_inline, exp_nonpos_inline
 
 __all__ = ["CASPPooledPlan", "casp_pooled"]
 
-_F = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"contract"})
-
-_LOG2E_F = np.float32(1.4426950408889634)
-_LN2HI_F = np.float32(0.693359375)
-_LN2LO_F = np.float32(-2.12194440e-4)
-_E = tuple(np.float32(1.0 / f) for f in (1, 1, 2, 6, 24, 120, 720, 5040, 40320))
-
-
-@intrinsic
-def _f32_from_bits(typingctx, i):  # pragma: no cover - compiled
-    sig = types.float32(types.int32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.FloatType())
-
-    return sig, codegen
-
-
-@njit(inline="always", **_F)
-def _exp32_nonpos(u):  # pragma: no cover - compiled
-    # float32 exp(u) for -37.5 <= u <= 0 without a library call (vectorisable): Cody-Waite
-    # reduction u = k ln2 + r, |r| <= ln2 / 2, degree-8 Taylor polynomial (truncation
-    # < 6e-9 relative), 2^k from the float32 exponent bits
-    k = np.floor(u * _LOG2E_F + np.float32(0.5))
-    r = (u - k * _LN2HI_F) - k * _LN2LO_F
-    p = _E[8]
-    p = p * r + _E[7]
-    p = p * r + _E[6]
-    p = p * r + _E[5]
-    p = p * r + _E[4]
-    p = p * r + _E[3]
-    p = p * r + _E[2]
-    p = p * r + _E[1]
-    p = p * r + _E[0]
-    return p * _f32_from_bits((np.int32(k) + np.int32(127)) << np.int32(23))
-
-
-@intrinsic
-def _f64_from_bits(typingctx, i):  # pragma: no cover - compiled
-    sig = types.float64(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-
-    return sig, codegen
-
-
-_LN2HI = 6.93147180369123816490e-01
-_LN2LO = 1.90821492927058770002e-10
-_LOG2E = 1.4426950408889634
-
-
-@njit(inline="always", **_F)
-def _exp_nonpos(u):  # pragma: no cover - compiled
-    # float64 exp(u) for -37.5 <= u <= 0 without a library call (vectorisable):
-    # u = k ln2 + r, |r| <= ln2 / 2, degree-12 Taylor polynomial (Estrin), 2^k from the
-    # exponent bits; relative error ~1e-16
-    k = np.floor(u * _LOG2E + 0.5)
-    r = (u - k * _LN2HI) - k * _LN2LO
-    r2 = r * r
-    r4 = r2 * r2
-    q0 = (1.0 + r) + (0.5 + r * (1.0 / 6.0)) * r2
-    q1 = (1.0 / 24.0 + r * (1.0 / 120.0)) + (1.0 / 720.0 + r * (1.0 / 5040.0)) * r2
-    q2 = (1.0 / 40320.0 + r * (1.0 / 362880.0)) + (1.0 / 3628800.0 + r * (1.0 / 39916800.0)) * r2
-    p = (q0 + q1 * r4) + (q2 + r4 * (1.0 / 479001600.0)) * (r4 * r4)
-    return p * _f64_from_bits((np.int64(k) + 1023) << 52)
-
-
-@njit(**_F)
-def _exp_nonpos_array(x, y):  # pragma: no cover - compiled (tests)
-    for i in range(x.shape[0]):
-        y[i] = _exp_nonpos(x[i])
-
-
-def exp_nonpos(x: np.ndarray) -> np.ndarray:
-    """The kernel's float64 ``exp`` on ``x`` in ``[-37.5, 0]`` (for tests)."""
-    x = np.ascontiguousarray(x, np.float64)
-    y = np.empty_like(x)
-    _exp_nonpos_array(x, y)
-    return y
-
-
-@njit(**_F)
-def _exp32_array(x, y):  # pragma: no cover - compiled (tests)
-    for i in range(x.shape[0]):
-        y[i] = _exp32_nonpos(x[i])
-
-
-def exp32_nonpos(x: np.ndarray) -> np.ndarray:
-    """The kernel's float32 ``exp`` on ``x`` in ``[-37.5, 0]`` (for tests)."""
-    x = np.ascontiguousarray(x, np.float32)
-    y = np.empty_like(x)
-    _exp32_array(x, y)
-    return y
+_F = KERNEL_OPTS
 
 
 @njit(inline="always", **_F)
@@ -227,7 +133,7 @@ def _casp_item(
                         t = (q - 1.0) * aq[j, c]
                         t = t if t > -37.5 else -37.5
                         t = t if t < 0.0 else 0.0
-                        lim = 2.0 * am[j, c] / (1.0 + _exp_nonpos(t)) - (am[j, c] - 1.0)
+                        lim = 2.0 * am[j, c] / (1.0 + exp_nonpos_inline(t)) - (am[j, c] - 1.0)
                         v[c] = lim if q > 1.0 else q
                 else:
                     for c in range(P):
@@ -235,7 +141,7 @@ def _casp_item(
                         t = t if t > np.float32(-37.5) else np.float32(-37.5)
                         t32[c] = t if t < np.float32(0.0) else np.float32(0.0)
                     for c in range(P):  # pure float32: 8 lanes per vector
-                        e = _exp32_nonpos(t32[c])
+                        e = exp32_nonpos_inline(t32[c])
                         t32[c] = am32[j, c] * (f1 - e) / (f1 + e)
                     for c in range(P):
                         q = v[c]

@@ -10,7 +10,7 @@ indexing. All recursions run in float64 with the coefficients of the stage-wise 
 The compression ``sign(x) c |x|^n`` (``c = K^(1 - n)`` above the knee ``K``) is the only
 transcendental: ``precise=True`` (float64 configs) evaluates it with the library ``pow``;
 otherwise with an inline, vectorisable ``exp(n log |x|)`` accurate to 1e-9 relative
-(:func:`pow_pos`), far below the float32 feature resolution.
+(:func:`lhotse_amt.kernels.fastmath.pow_pos`), far below the float32 feature resolution.
 """
 
 from __future__ import annotations
@@ -19,88 +19,13 @@ import math
 
 import numpy as np
 import torch
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.extending import intrinsic
+from numba import njit, prange
 
 from .casp import _F, _pad8, _sections
 from .cpu import _threads
+from .fastmath import pow_pos_inline
 
-__all__ = ["KingPooledPlan", "king_pooled", "pow_pos"]
-
-_LN2 = 0.6931471805599453
-_LN2HI = 6.93147180369123816490e-01
-_LN2LO = 1.90821492927058770002e-10
-_LOG2E = 1.4426950408889634
-_SQRT2 = 1.4142135623730951
-_MANT = np.int64(0x000FFFFFFFFFFFFF)
-_ONE_BITS = np.int64(0x3FF0000000000000)
-
-
-@intrinsic
-def _f64_bits(typingctx, x):  # pragma: no cover - compiled
-    sig = types.int64(types.float64)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(64))
-
-    return sig, codegen
-
-
-@intrinsic
-def _f64_from_bits(typingctx, i):  # pragma: no cover - compiled
-    sig = types.float64(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-
-    return sig, codegen
-
-
-@njit(inline="always", **_F)
-def _pow_pos(a, n):  # pragma: no cover - compiled
-    # a^n for a normal positive float64 and |n log a| < 700 without library calls
-    # (vectorisable), relative error < 1e-9: log a = e ln2 + 2 atanh(s) with a = 2^e m,
-    # m in [sqrt(1/2), sqrt(2)), s = (m - 1) / (m + 1) (|s| <= 0.1716, series to s^11);
-    # exp(y) = 2^k exp(r), |r| <= ln2 / 2, degree-8 Taylor polynomial
-    bits = _f64_bits(a)
-    e = (bits >> 52) - 1023
-    m = _f64_from_bits((bits & _MANT) | _ONE_BITS)
-    big = m > _SQRT2
-    m = m * 0.5 if big else m
-    e = e + 1 if big else e
-    s = (m - 1.0) / (m + 1.0)
-    z = s * s
-    lm = (
-        2.0 * s * (1.0 + z * (1.0 / 3.0 + z * (0.2 + z * (1.0 / 7.0 + z * (1.0 / 9.0 + z / 11.0)))))
-    )
-    y = n * (np.float64(e) * _LN2 + lm)
-    k = np.floor(y * _LOG2E + 0.5)
-    r = (y - k * _LN2HI) - k * _LN2LO
-    p = 1.0 / 40320.0
-    p = p * r + 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    p = p * r + 1.0
-    p = p * r + 1.0
-    return p * _f64_from_bits((np.int64(k) + 1023) << 52)
-
-
-@njit(**_F)
-def _pow_pos_array(x, n, y):  # pragma: no cover - compiled (tests)
-    for i in range(x.shape[0]):
-        y[i] = _pow_pos(x[i], n)
-
-
-def pow_pos(x: np.ndarray, n: float) -> np.ndarray:
-    """The kernel's ``x ** n`` for positive normal ``x`` (for tests)."""
-    x = np.ascontiguousarray(x, np.float64)
-    y = np.empty_like(x)
-    _pow_pos_array(x, float(n), y)
-    return y
+__all__ = ["KingPooledPlan", "king_pooled"]
 
 
 @njit(**_F)
@@ -149,7 +74,7 @@ def _king_item(
             for c in range(P):
                 q = g2[c] * ur[c]
                 aq = abs(q)
-                comp = math.copysign(coef * _pow_pos(aq if aq > 1e-200 else 1e-200, expo), q)
+                comp = math.copysign(coef * pow_pos_inline(aq if aq > 1e-200 else 1e-200, expo), q)
                 v[c] = comp if aq > knee else q
         # half-wave rectification, IHC low-pass, high-pass (and 150-Hz low-pass)
         for c in range(P):
