@@ -222,26 +222,56 @@ def multires_intensity(
     lead = z.shape[:-1]
     t_lo = HOP * j_first - 1024  # first input time needed
     t_hi = HOP * (j_first + n_frames - 1) + 1024  # one past the last input time needed
+    # only the samples in [t_lo, t_hi) are used (cheap when called for a chunk of frames)
+    cut_l = max(0, t_lo - t0)
+    if cut_l or t_hi - t0 < z.shape[-1]:
+        z = z[..., cut_l : max(cut_l, t_hi - t0)]
+        t0 += cut_l
     pad_l = max(0, t0 - t_lo)
     pad_r = max(0, t_hi - (t0 + z.shape[-1]))
     zp = torch.nn.functional.pad(z, (pad_l, pad_r))
     base = t_lo - (t0 - pad_l)  # index in zp of input time t_lo
-    out = z.new_zeros(*lead, n_frames, N_BINS)
+    # no-grad CPU: fused numba kernels for |X|^2 and the autocorrelation (same values)
+    compiled = zp.device.type == "cpu" and not (
+        torch.is_grad_enabled() and (zp.requires_grad or any(b.requires_grad for *_, b in bases))
+    )
+    n_cover = sum(len(b) for _, b, _ in bases)
+    if (
+        compiled
+        and n_cover == N_BINS
+        and all(len(b) and b[-1] - b[0] + 1 == len(b) for _, b, _ in bases)
+    ):
+        out = z.new_empty(*lead, n_frames, N_BINS)  # every bin is written below
+    else:
+        out = z.new_zeros(*lead, n_frames, N_BINS)
+    if compiled:
+        from lhotse_amt.kernels.loudness_fused import power_into, windowed_autocorr
+
+        out2 = out.view(-1, N_BINS).numpy()
     for length, bins, basis in bases:
         start = base + 1024 - length // 2
         seg = zp[..., start : start + HOP * (n_frames - 1) + length].unfold(-1, length, HOP)
-        y = (seg.reshape(-1, length) @ basis).reshape(*lead, n_frames, basis.shape[1])
+        y = seg.reshape(-1, length) @ basis
         nb = len(bins)
+        lo = int(bins[0]) - 1
+        contiguous = nb and np.array_equal(bins, np.arange(bins[0], bins[0] + nb))
+        if compiled and contiguous:
+            power_into(y.numpy(), lo, out2)
+            continue
+        y = y.reshape(*lead, n_frames, basis.shape[1])
         re, im = y[..., :nb], y[..., nb:]
         p = torch.addcmul(re * re, im, im)
-        lo = int(bins[0]) - 1
-        if nb and np.array_equal(bins, np.arange(bins[0], bins[0] + nb)):
+        if contiguous:
             out[..., lo : lo + nb] = p
         else:
             out[..., bins - 1] = p
     if return_autocorr is not None:
         length = WINDOW_LENGTHS[-1]
         start = base + 1024 - length // 2
+        if compiled:
+            zz = zp.detach().reshape(-1, zp.shape[-1]).numpy()
+            r = windowed_autocorr(zz, start, HOP, n_frames, return_autocorr.double().numpy())
+            return out, torch.from_numpy(r).reshape(*lead, n_frames, length)
         seg = zp[..., start : start + HOP * (n_frames - 1) + length].unfold(-1, length, HOP)
         y = seg.to(torch.float64) * return_autocorr.to(torch.float64)
         spec = torch.fft.rfft(y, 2 * length)
@@ -424,7 +454,11 @@ class FastExcitation:
       float64), minus the components removed by the pruning rule, which cuts the dominant
       product by a factor of about three;
     * lower skirt (level dependent, one exponential per component/channel pair): the fused
-      numba kernel :func:`lhotse_amt.kernels.loudness.lower_skirt`.
+      numba kernel :func:`lhotse_amt.kernels.loudness.lower_skirt`;
+    * :meth:`specific_loudness_frames`: the whole no-grad chain from the ear-filtered signal to
+      the specific loudness, chunked over frames (temporaries stay in cache) with the floor of
+      the excitation and the specific loudness in one kernel
+      (:func:`lhotse_amt.kernels.loudness_fused.specific_loudness_tail`).
 
     No truncation of the roex weights beyond the reference's own (``u <= 80``, ``g <= 4``,
     weights < 1e-30 set to 0), so the results agree with the torch path to float rounding
@@ -457,51 +491,150 @@ class FastExcitation:
         self.f = _bin_hz()
         self.n_below = mats["n_below"]
 
+    def level_upper(
+        self,
+        rows: Tensor,
+        ik: Tensor,
+        autocorr: Tensor,
+        col_kept: np.ndarray,
+        col_pruned: np.ndarray,
+    ) -> Tensor:
+        """Level per ERB at the components and upper skirt, ``(N, 960 + C)`` (no chunking).
+
+        Args:
+            rows: intensities ``(N, 960)``; ``ik``: kept intensities (``rows`` where kept,
+                else 0); ``autocorr``: ``(N, 64)`` of the shortest window (float64).
+            col_kept: ``(960,)`` bool, component kept in any row; ``col_pruned``: ``(960,)``
+                bool, component non-zero but not kept in any row.
+        """
+        h0 = self.h0
+        cols = np.flatnonzero(col_kept)
+        n_u = cols.size
+        if n_u == 0:
+            return rows.new_zeros(rows.shape[0], self.wu.shape[1])
+        pcols = np.flatnonzero(col_pruned[h0:])
+        n_high = N_BINS - h0
+        # cost (rows of the matrix used): union of kept components vs low band + either
+        # the autocorrelation (64 float64 rows, ~2 float32 rows each) minus the pruned rows,
+        # or all high rows
+        if n_u <= h0 + min(128 + pcols.size, n_high):
+            if n_u == N_BINS:
+                return ik @ self.wu
+            idx = torch.from_numpy(cols)
+            return ik[:, idx] @ self.wu[idx]
+        acc = ik[:, :h0] @ self.wu[:h0]
+        if 128 + pcols.size < n_high:
+            hi = autocorr.to(torch.float64) @ self.awu
+            if pcols.size:
+                idx = torch.from_numpy(pcols)
+                pruned = (rows[:, h0:] - ik[:, h0:])[:, idx]  # not-kept intensities
+                hi = hi - pruned.to(torch.float64) @ self.wu64_high[idx]
+            acc += hi.to(self.dtype)
+        else:
+            acc += ik[:, h0:] @ self.wu[h0:]
+        return acc
+
+    def _kept(self, rows: Tensor, keep_rule: tuple[str, float]) -> tuple:
+        from lhotse_amt.kernels.loudness_fused import kept_components
+
+        return kept_components(rows.numpy(), keep_rule)
+
     def __call__(self, inten: Tensor, keep: Tensor, autocorr: Tensor, chunk: int = 256) -> Tensor:
         """Excitation ``(..., F, C)`` (not floored) from intensities and kept mask
         ``(..., F, 960)`` and the shortest window's autocorrelation ``(..., F, 64)``."""
-        from lhotse_amt.kernels.loudness import lower_skirt
+        from lhotse_amt.kernels.loudness import lower_skirt_numpy
 
         lead = inten.shape[:-1]
         rows = inten.reshape(-1, N_BINS).to(self.dtype)
         kp = keep.reshape(-1, N_BINS)
-        rr = autocorr.reshape(-1, autocorr.shape[-1]).to(torch.float64)
-        ik = torch.where(kp, rows, torch.zeros_like(rows))
-        n_rows = rows.shape[0]
-        n_out = self.wu.shape[1]
-        y = rows.new_zeros(n_rows, n_out)
-        h0 = self.h0
-        for r0 in range(0, n_rows, chunk):
-            r1 = min(r0 + chunk, n_rows)
-            ikc, kc = ik[r0:r1], kp[r0:r1]
-            cols = torch.nonzero(kc.any(0)).flatten()
-            n_u = cols.numel()
-            if n_u == 0:
-                continue
-            pruned = torch.where(kc[:, h0:], torch.zeros_like(ikc[:, h0:]), rows[r0:r1, h0:])
-            pcols = torch.nonzero(pruned.any(0)).flatten()
-            n_high = N_BINS - h0
-            # cost (rows of the matrix used): union of kept components vs low band + either
-            # the autocorrelation (64 float64 rows, ~2 float32 rows each) minus the pruned rows,
-            # or all high rows
-            if n_u <= h0 + min(128 + pcols.numel(), n_high):
-                y[r0:r1] = ikc[:, cols] @ self.wu[cols]
-                continue
-            acc = ikc[:, :h0] @ self.wu[:h0]
-            if 128 + pcols.numel() < n_high:
-                hi = rr[r0:r1] @ self.awu
-                if pcols.numel():
-                    hi = hi - pruned[:, pcols].to(torch.float64) @ self.wu64_high[pcols]
-                acc = acc + hi.to(self.dtype)
-            else:
-                acc = acc + ikc[:, h0:] @ self.wu[h0:]
-            y[r0:r1] = acc
-        # s = 1 - beta (10 log10(max(X, 1e-30)) - 51), in place
-        s = y[:, :N_BINS].clamp_min(1e-30)
-        s = s.log10_().mul_(-10.0 * _SLOPE_BETA).add_(1.0 + 51.0 * _SLOPE_BETA)
-        low = lower_skirt(ik, s, self.p, self.fc, self.f, self.n_below)
-        e = y[:, N_BINS:] + low
-        return e.reshape(*lead, self.n_channels)
+        rr = autocorr.reshape(-1, autocorr.shape[-1])
+        out = rows.new_empty(rows.shape[0], self.n_channels)
+        for r0 in range(0, rows.shape[0], chunk):
+            r1 = min(r0 + chunk, rows.shape[0])
+            rc, kc = rows[r0:r1], kp[r0:r1]
+            ik = torch.where(kc, rc, torch.zeros_like(rc))
+            col_kept = kc.any(0).numpy()
+            col_pruned = ((~kc) & (rc != 0)).any(0).numpy()
+            y = self.level_upper(rc, ik, rr[r0:r1], col_kept, col_pruned)
+            low = lower_skirt_numpy(
+                ik.numpy(), self.slope(y).numpy(), self.p, self.fc, self.f, self.n_below
+            )
+            out[r0:r1] = y[:, N_BINS:] + torch.from_numpy(low)
+        return out.reshape(*lead, self.n_channels)
+
+    @staticmethod
+    def slope(y: Tensor) -> Tensor:
+        """Lower-slope factors ``s = p_l / p = 1 - 0.35 / p(1 kHz) (X - 51)`` (in place on the
+        first 960 columns of ``y``, the level per ERB ``X = 10 log10(max(., 1e-30))``)."""
+        s = y[:, :N_BINS].clamp_min_(1e-30)
+        return s.log10_().mul_(-10.0 * _SLOPE_BETA).add_(1.0 + 51.0 * _SLOPE_BETA)
+
+    def specific_loudness_frames(
+        self,
+        z: Tensor,
+        t0: int,
+        j_first: int,
+        n_frames: int,
+        bases: list[tuple[int, np.ndarray, Tensor]],
+        keep_rule: tuple[str, float],
+        sl: dict[str, np.ndarray],
+        c: float,
+        high_level: str,
+        chunk: int = 128,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Spectrum, excitation and specific loudness, chunked over frames (no gradient).
+
+        Frames are processed in chunks of ``chunk`` so that every temporary stays in cache:
+        :func:`multires_intensity` -> kept components (``keep_rule``: ``("prune", floor)`` =
+        :func:`prune_components`, ``("floor", x)`` = intensity above ``x``) ->
+        :meth:`level_upper` -> lower skirt (:func:`lhotse_amt.kernels.loudness.
+        lower_skirt_numpy`) -> ``E = max(E, 1e-10)`` and ``N'``
+        (:func:`lhotse_amt.kernels.loudness_fused.specific_loudness_tail`, same branches as
+        :func:`specific_loudness`).
+
+        Args:
+            z, t0, j_first, n_frames, bases: as for :func:`multires_intensity`; ``z (..., M)``.
+            sl: numpy per-channel ``g``, ``a``, ``alpha``, ``e_thrq`` and ``mask`` (0/1).
+            c, high_level: as for :func:`specific_loudness`.
+
+        Returns:
+            ``(N', E, any_kept)``: ``(..., F, C)`` specific loudness (sone/Cam, 0 in frames
+            without kept components and in masked channels), ``(..., F, C)`` excitation
+            (intensity units, floored at 1e-10) and ``(..., F)`` bool.
+        """
+        from lhotse_amt.kernels.loudness import lower_skirt_numpy
+        from lhotse_amt.kernels.loudness_fused import specific_loudness_tail
+
+        lead = z.shape[:-1]
+        n_lead = int(np.prod(lead)) if lead else 1
+        nsp = z.new_empty(n_lead, n_frames, self.n_channels, dtype=self.dtype)
+        exc = torch.empty_like(nsp)
+        anyk = torch.empty(n_lead, n_frames, dtype=torch.bool)
+        zz = z.reshape(n_lead, z.shape[-1])
+        for f0 in range(0, n_frames, chunk):
+            nf = min(chunk, n_frames - f0)
+            inten, rr = multires_intensity(
+                zz, t0, j_first + f0, nf, bases, return_autocorr=self.window
+            )
+            rows = inten.reshape(-1, N_BINS).to(self.dtype)
+            ik_np, ak_np, col_kept, col_pruned = self._kept(rows, keep_rule)
+            ik, ak = torch.from_numpy(ik_np), torch.from_numpy(ak_np)
+            y = self.level_upper(rows, ik, rr.reshape(-1, rr.shape[-1]), col_kept, col_pruned)
+            low = lower_skirt_numpy(
+                ik_np, self.slope(y).numpy(), self.p, self.fc, self.f, self.n_below
+            )
+            upper = y[:, N_BINS:].contiguous().numpy()
+            e_np, n_np = np.empty_like(upper), np.empty_like(upper)
+            specific_loudness_tail(upper, low, ak.numpy(), sl, c, high_level, e_np, n_np)
+            exc[:, f0 : f0 + nf] = torch.from_numpy(e_np).reshape(n_lead, nf, -1)
+            nsp[:, f0 : f0 + nf] = torch.from_numpy(n_np).reshape(n_lead, nf, -1)
+            anyk[:, f0 : f0 + nf] = ak.reshape(n_lead, nf)
+        shape = (*lead, n_frames)
+        return (
+            nsp.reshape(*shape, self.n_channels),
+            exc.reshape(*shape, self.n_channels),
+            anyk.reshape(shape),
+        )
 
 
 def fast_path_ok(x: Tensor, module: torch.nn.Module) -> bool:
@@ -670,7 +803,16 @@ def binaural_inhibition(
 
     ``Ŝ = S @ smooth + 1e-13``; ``I_L = 2 / (1 + sech(Ŝ_R / Ŝ_L)^p)`` (and symmetrically);
     returns the inhibited specific loudness ``(S_L / I_L, S_R / I_R)``, shapes ``(..., C)``.
+    Without gradient, equal inputs (diotic sound) skip the smoothing: the ratio is exactly 1.
     """
+    grad = torch.is_grad_enabled() and (
+        s_left.requires_grad or s_right.requires_grad or torch.is_tensor(p) and p.requires_grad
+    )
+    if not grad and torch.equal(s_left, s_right):
+        # equal ears (diotic): Ŝ_R / Ŝ_L = 1 exactly, so I_L = I_R = 2 / (1 + sech(1)^p)
+        one = torch.ones((), dtype=s_left.dtype, device=s_left.device)
+        inh = 2.0 / (1.0 + torch.exp(p * _log_sech(one)))
+        return s_left / inh, s_right / inh
     sl = s_left @ smooth + 1e-13
     sr = s_right @ smooth + 1e-13
     inh_l = 2.0 / (1.0 + torch.exp(p * _log_sech(sr / sl)))

@@ -111,6 +111,7 @@ class Glasberg2002(nn.Module):
             raise ValueError("backend must be 'auto', 'torch' or 'fast'")
         self.backend = backend
         self._fast: L.FastExcitation | None = None
+        self._sl: dict[str, np.ndarray] | None = None
 
         mfk = dict(multi_fft_kwargs or {})
         self.floor = float(mfk.pop("floor", 1e-4))
@@ -210,6 +211,15 @@ class Glasberg2002(nn.Module):
             raise ValueError(f"Glasberg2002 input too short: {x.shape[-1]} samples at 32 kHz")
         return x, squeeze
 
+    def _sl_numpy(self) -> dict[str, np.ndarray]:
+        # per-channel specific-loudness constants for the compiled path (built once)
+        if self._sl is None:
+            sl = {k: getattr(self, f"sl_{k}").numpy() for k in ("g", "a", "alpha", "e_thrq")}
+            sl["a_alpha"] = (self.sl_a**self.sl_alpha).numpy()
+            sl["mask"] = np.ones(self.n_channels, dtype=sl["g"].dtype)
+            self._sl = sl
+        return self._sl
+
     def _use_fast(self, x: Tensor) -> bool:
         if self.backend == "torch" or self.lower_slope_level == "channel":
             if self.backend == "fast":
@@ -242,23 +252,32 @@ class Glasberg2002(nn.Module):
         ]
         params = {"g": self.sl_g, "a": self.sl_a, "alpha": self.sl_alpha, "e_thrq": self.sl_e_thrq}
         spec, exc, lev = [], [], []
+        exc_db = None
         if self._use_fast(x):
             if self._fast is None:
                 variant = {"component": "component", "cambridge": "moore2016"}
                 self._fast = L.FastExcitation(
                     self.erb_fc_hz, variant[self.lower_slope_level], "gm2002", self.dtype
                 )
-            inten, acf = L.multires_intensity(
-                z, -half, self.first_frame, f_total, bases, return_autocorr=self._fast.window
+            nsp, e, anyk = self._fast.specific_loudness_frames(
+                z,
+                -half,
+                self.first_frame,
+                f_total,
+                bases,
+                ("floor", self.floor),
+                self._sl_numpy(),
+                float(self.c),
+                self.high_level,
             )
-            keep = inten > self.floor
-            anyk = keep.any(-1, keepdim=True)
-            e = self._fast(inten, keep, acf)
-            e = torch.where(anyk, e.clamp_min(1e-10), torch.zeros_like(e))
-            nsp = L.specific_loudness(e, params, self.c, self.high_level)
-            spec.append(torch.where(anyk, nsp, torch.zeros_like(nsp)))
+            anyk = anyk[..., None]
+            # e >= 1e-10 here; frames without kept components: E = 0, i.e. -300 dB after the
+            # 1e-30 floor of the "excitation" output (the same values as "erb_excitation")
+            exc_db = torch.where(anyk, 10.0 * torch.log10(e), torch.full_like(e, -300.0))
+            e = torch.where(anyk, e, torch.zeros_like(e))
+            spec.append(nsp)
             exc.append(e)
-            lev.append(torch.where(anyk, 10.0 * torch.log10(e), torch.full_like(e, -300.0)))
+            lev.append(exc_db)
             f_chunks = range(0)
         else:
             inten = L.multires_intensity(z, -half, self.first_frame, f_total, bases)
@@ -298,8 +317,13 @@ class Glasberg2002(nn.Module):
             spec.append(L.specific_loudness(e, params, self.c, self.high_level))
             exc.append(e)
             lev.append(x_db)
-        nsp = torch.cat(spec, dim=-2)
-        e = torch.cat(exc, dim=-2)
+        nsp = spec[0] if len(spec) == 1 else torch.cat(spec, dim=-2)
+        e = exc[0] if len(exc) == 1 else torch.cat(exc, dim=-2)
+        lev_db = lev[0] if len(lev) == 1 else torch.cat(lev, dim=-2)
+        if exc_db is None:
+            exc_db = 10.0 * torch.log10(e.clamp_min(1e-30))
+        else:
+            exc_db = exc_db.clone()
         ears = 2.0 if self.diotic else 1.0
         inst = ears * nsp.sum(-1) / 4.0
         stl = L.agc(inst, self.stl_attack, self.stl_release, dim=-1)
@@ -310,8 +334,8 @@ class Glasberg2002(nn.Module):
             "ltl": ltl,
             "max_ltl": ltl.amax(-1),
             "specific_loudness": nsp,
-            "excitation": 10.0 * torch.log10(e.clamp_min(1e-30)),
-            "erb_excitation": torch.cat(lev, dim=-2),
+            "excitation": exc_db,
+            "erb_excitation": lev_db,
         }
         if squeeze:
             out = {k: v.squeeze(0) for k, v in out.items()}

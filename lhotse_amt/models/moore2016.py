@@ -118,6 +118,7 @@ class Moore2016(nn.Module):
             raise ValueError("backend must be 'auto', 'torch' or 'fast'")
         self.backend = backend
         self._fast: L.FastExcitation | None = None
+        self._sl: dict[str, np.ndarray] | None = None
 
         ome = dict(outer_middle_ear_kwargs or {})
         taps = np.asarray(ome.pop("taps", L.loudness_tables()["ff_32000"]), dtype=np.float64)
@@ -232,6 +233,15 @@ class Moore2016(nn.Module):
             raise ValueError(f"Moore2016 input too short: {x.shape[-1]} samples at 32 kHz (< 32)")
         return x, squeeze
 
+    def _sl_numpy(self) -> dict[str, np.ndarray]:
+        # per-channel specific-loudness constants for the compiled path (built once)
+        if self._sl is None:
+            sl = {k: getattr(self, f"sl_{k}").numpy() for k in ("g", "a", "alpha", "e_thrq")}
+            sl["a_alpha"] = (self.sl_a**self.sl_alpha).numpy()
+            sl["mask"] = self.channel_mask.numpy()
+            self._sl = sl
+        return self._sl
+
     def _use_fast(self, x: Tensor) -> bool:
         if self.backend == "torch":
             return False
@@ -248,7 +258,6 @@ class Moore2016(nn.Module):
         n = x.shape[-1]
         f_total = self.n_frames(n)
         half = (self.ear_fir.shape[0] - 1) // 2
-        z = L.fir_filter_full(x, self.ear_fir)
         bases = [
             (ln, b, getattr(self, f"dft_basis_{i}")) for i, (ln, b, _) in enumerate(self._bases)
         ]
@@ -256,14 +265,18 @@ class Moore2016(nn.Module):
         if self._use_fast(x):
             if self._fast is None:
                 self._fast = L.FastExcitation(self.erb_fc_hz, "moore2016", "moore2016", self.dtype)
-            inten, acf = L.multires_intensity(
-                z, -half, 0, f_total, bases, return_autocorr=self._fast.window
+            keep_rule = ("prune", 1000.0) if self.prune else ("floor", 0.0)
+            # diotic input (both ears bit-identical): the monaural stages are the same for both
+            # ears, so they are computed once (exact)
+            diotic = bool(torch.equal(x[:, 0], x[:, 1]))
+            z = L.fir_filter_full(x[:, :1] if diotic else x, self.ear_fir)
+            nsp, e, _ = self._fast.specific_loudness_frames(
+                z, -half, 0, f_total, bases, keep_rule, self._sl_numpy(), float(self.c), "moore2016"
             )
-            keep = L.prune_components(inten) if self.prune else inten > 0
-            e = self._fast(inten, keep, acf).clamp_min(1e-10)
-            nsp = L.specific_loudness(e, params, self.c, "moore2016")
-            nsp = nsp * self.channel_mask * keep.any(-1, keepdim=True).to(nsp.dtype)
+            if diotic:
+                nsp, e = nsp.repeat(1, 2, 1, 1), e.repeat(1, 2, 1, 1)
             return nsp, e
+        z = L.fir_filter_full(x, self.ear_fir)
         inten = L.multires_intensity(z, -half, 0, f_total, bases)
         keep = L.prune_components(inten) if self.prune else inten > 0
         spec, exc = [], []

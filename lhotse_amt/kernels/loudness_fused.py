@@ -1,0 +1,285 @@
+"""Fused CPU kernels for the no-grad path of the Moore–Glasberg loudness models.
+
+Used by :meth:`lhotse_amt.functional.loudness.FastExcitation.specific_loudness_frames`, which
+runs the chain ear-filtered signal -> spectrum -> excitation -> specific loudness in chunks of
+frames so that every temporary stays in cache, and by
+:func:`lhotse_amt.functional.loudness.multires_intensity` when no gradient is needed:
+
+* :func:`power_into` -- component intensities ``re**2 + im**2`` of one analysis window written
+  straight into the ``(N, 960)`` spectrum (no temporaries).
+* :func:`windowed_autocorr` -- autocorrelation (float64, lags ``0 … L-1``) of the windowed
+  2-ms segments by direct summation (the FFT route of the torch path, same values).
+* :func:`kept_components` -- the pruning rules of the Cambridge/AMT code
+  (``I > max(I_max, 1000) * 1e-6``) or the Glasberg2002 floor (``I > floor``) in one pass:
+  kept intensities, per-row and per-column flags.
+* :func:`specific_loudness_tail` -- ``E = max(upper + lower, 1e-10)`` and the specific
+  loudness ``N'`` (sone/Cam) of Moore, Glasberg & Baer (1997), Eqs. 2–4 / ANSI S3.4-2007,
+  Eqs. 17–19 (same branches as :func:`lhotse_amt.functional.loudness.specific_loudness`),
+  times a per-channel mask and zero in frames without any kept component. In float32 the
+  powers are ``exp(y log2(x) ln 2)`` evaluated in float64 with inline, vectorisable
+  ``log2`` (atanh series, < 3e-11 absolute) and ``exp`` (:mod:`lhotse_amt.kernels.loudness`,
+  ~2 ulp), i.e. more accurate than the float32 ``pow`` of the torch path; in float64 libm
+  ``pow``.
+
+The lower skirt itself is :func:`lhotse_amt.kernels.loudness.lower_skirt_numpy`.
+
+No gradient, no state: inputs are numpy arrays, one row per frame and ear; outputs are new
+arrays or caller-provided ones.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+from .loudness import _exp64, _i32_as_f32
+
+__all__ = ["kept_components", "power_into", "specific_loudness_tail", "windowed_autocorr"]
+
+_FM = {"reassoc", "contract"}
+
+
+@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
+def _tail(
+    upper, lower, anyk, g, a, a_alpha, alpha, thr, mask, k, e_out, n_out
+):  # pragma: no cover - compiled
+    # k: constants in the computation dtype: floor, big, C, high-level divisor and exponent, 2
+    floor, big, c, hi_div, hi_exp, two = k[0], k[1], k[2], k[3], k[4], k[5]
+    zero = k[0] - k[0]
+    n_rows, n_ch = upper.shape
+    for r in range(n_rows):
+        kept = anyk[r]
+        for ch in range(n_ch):
+            e = max(upper[r, ch] + lower[r, ch], floor)
+            e_out[r, ch] = e
+            if not kept or mask[ch] == zero:
+                n_out[r, ch] = zero
+                continue
+            if e > thr[ch] and e > big:
+                val = c * math.pow(e / hi_div, hi_exp)
+            else:
+                val = c * (math.pow(g[ch] * e + a[ch], alpha[ch]) - a_alpha[ch])
+                if e <= thr[ch]:
+                    t = two * e / (e + thr[ch])
+                    val *= t * math.sqrt(t)
+            n_out[r, ch] = val * mask[ch]
+
+
+@intrinsic
+def _f32_as_i32(typingctx, x):  # pragma: no cover - compiled
+    sig = types.int32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return sig, codegen
+
+
+_LN2 = 0.6931471805599453
+# log2(m) = (2 / ln 2) atanh(t), t = (m - 1) / (m + 1), |t| <= 0.1716 for m in [0.707, 1.414]:
+# series to t**11, truncation error < 3e-11
+_L1, _L3, _L5, _L7, _L9, _L11 = (2.0 / (k * _LN2) for k in (1, 3, 5, 7, 9, 11))
+
+
+@njit(cache=True, fastmath=_FM, inline="always", error_model="numpy")
+def _log2_pos32(x):  # pragma: no cover - compiled
+    # log2 of a positive normal float32, evaluated in float64 (vectorisable, ~1e-10 absolute)
+    b = _f32_as_i32(x)
+    ex = np.float64((b >> np.int32(23)) - np.int32(127))
+    m = np.float64(_i32_as_f32((b & np.int32(0x7FFFFF)) | np.int32(0x3F800000)))
+    hi = m > 1.4142135623730951
+    m = 0.5 * m if hi else m
+    ex = ex + 1.0 if hi else ex
+    t = (m - 1.0) / (m + 1.0)
+    t2 = t * t
+    q = _L11
+    q = q * t2 + _L9
+    q = q * t2 + _L7
+    q = q * t2 + _L5
+    q = q * t2 + _L3
+    q = q * t2 + _L1
+    return ex + t * q
+
+
+@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
+def _tail32(
+    upper, lower, anyk, g, a, a_alpha, alpha, thr, mask, k, e_out, n_out
+):  # pragma: no cover - compiled
+    # float32 rows; branch-free so that the loop over channels vectorises: x**y is
+    # exp(y log2(x) ln 2) in float64 (relative error ~1e-10, well below float32 rounding)
+    floor, big, c, hi_div, hi_exp = k[0], k[1], np.float64(k[2]), k[3], np.float64(k[4])
+    n_rows, n_ch = upper.shape
+    for r in range(n_rows):
+        kept = 1.0 if anyk[r] else 0.0
+        for ch in range(n_ch):
+            e = max(upper[r, ch] + lower[r, ch], floor)
+            e_out[r, ch] = e
+            x = g[ch] * e + a[ch]
+            core = _exp64(np.float64(alpha[ch]) * _log2_pos32(x) * _LN2) - np.float64(a_alpha[ch])
+            ed = np.float64(e)
+            td = np.float64(thr[ch])
+            t = 2.0 * ed / (ed + td)
+            n_lo = c * (t * np.sqrt(t)) * core
+            xh = max(e, big) / hi_div
+            n_hi = c * _exp64(hi_exp * _log2_pos32(xh) * _LN2)
+            val = (n_hi if e > big else c * core) if e > thr[ch] else n_lo
+            n_out[r, ch] = np.float32(val * (np.float64(mask[ch]) * kept))
+
+
+def specific_loudness_tail(
+    upper: np.ndarray,
+    lower: np.ndarray,
+    any_kept: np.ndarray,
+    sl: dict[str, np.ndarray],
+    c: float,
+    high_level: str,
+    e_out: np.ndarray,
+    n_out: np.ndarray,
+) -> None:
+    """``E = max(upper + lower, 1e-10)`` and specific loudness ``N'`` into ``e_out``/``n_out``.
+
+    Args:
+        upper, lower: upper- and lower-skirt excitation ``(N, C)`` (intensity re (20 µPa)²).
+        any_kept: ``(N,)`` bool; rows without a kept component get ``N' = 0``.
+        sl: per-channel ``(C,)`` arrays (dtype of ``upper``) ``g``, ``a``, ``alpha``,
+            ``e_thrq``, ``a_alpha`` (``a ** alpha``) and ``mask`` (0: ``N' = 0`` in that
+            channel); see :func:`lhotse_amt.functional.loudness.specific_loudness_params`.
+        c: loudness constant ``C``.
+        high_level: ``"moore2016"`` (``C (E / 1.0707)^0.2`` above 1e10) or ``"mgb1997"``
+            (``C (E / 1.04e6)^0.5``).
+        e_out, n_out: ``(N, C)`` outputs (dtype of ``upper``).
+    """
+    if high_level == "moore2016":
+        hi_div, hi_exp = 1.0707, 0.2
+    elif high_level == "mgb1997":
+        hi_div, hi_exp = 1.04e6, 0.5
+    else:
+        raise ValueError(f"unknown high_level {high_level!r}")
+    k = np.array([1e-10, 1e10, c, hi_div, hi_exp, 2.0], dtype=upper.dtype)
+    fn = _tail32 if upper.dtype == np.float32 else _tail
+    fn(
+        upper,
+        lower,
+        any_kept,
+        sl["g"],
+        sl["a"],
+        sl["a_alpha"],
+        sl["alpha"],
+        sl["e_thrq"],
+        sl["mask"],
+        k,
+        e_out,
+        n_out,
+    )
+
+
+@njit(cache=True, nogil=True)
+def _kept(rows, prune, floor, rel, ik, anyk, col_kept, col_pruned):  # pragma: no cover - compiled
+    n_rows, n_bins = rows.shape
+    for j in range(n_bins):
+        col_kept[j] = False
+        col_pruned[j] = False
+    for r in range(n_rows):
+        if prune:
+            mx = floor[0]
+            for j in range(n_bins):
+                mx = max(mx, rows[r, j])
+            thr = mx * rel[0]
+        else:
+            thr = floor[0]
+        found = False
+        for j in range(n_bins):
+            v = rows[r, j]
+            if v > thr:
+                ik[r, j] = v
+                found = True
+                col_kept[j] = True
+            else:
+                ik[r, j] = 0.0
+                if v != 0.0:
+                    col_pruned[j] = True
+        anyk[r] = found
+
+
+def kept_components(
+    rows: np.ndarray, keep_rule: tuple[str, float]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Kept spectral components of each row (frame and ear) in one pass.
+
+    ``keep_rule``: ``("prune", floor)``: kept if ``I > max(max_k I, floor) * 1e-6``
+    (:func:`lhotse_amt.functional.loudness.prune_components`, Cambridge/AMT rule);
+    ``("floor", x)``: kept if ``I > x``. Thresholds are computed in the dtype of ``rows``, as in
+    the torch reference.
+
+    Returns ``(ik, any_kept, col_kept, col_pruned)``: kept intensities ``(N, K)`` (0 where not
+    kept), ``(N,)`` bool (row has a kept component), ``(K,)`` bool (component kept in some row)
+    and ``(K,)`` bool (component non-zero but not kept in some row).
+    """
+    dt = rows.dtype.type
+    rows = np.ascontiguousarray(rows)
+    ik = np.empty_like(rows)
+    anyk = np.empty(rows.shape[0], dtype=np.bool_)
+    col_kept = np.empty(rows.shape[1], dtype=np.bool_)
+    col_pruned = np.empty(rows.shape[1], dtype=np.bool_)
+    if keep_rule[0] not in ("prune", "floor"):
+        raise ValueError(f"unknown keep rule {keep_rule[0]!r}")
+    _kept(
+        rows,
+        keep_rule[0] == "prune",
+        np.array([keep_rule[1]], dtype=dt),
+        np.array([1e-6], dtype=dt),
+        ik,
+        anyk,
+        col_kept,
+        col_pruned,
+    )
+    return ik, anyk, col_kept, col_pruned
+
+
+@njit(cache=True, nogil=True)
+def _power_into(y, nb, lo, out):  # pragma: no cover - compiled
+    for r in range(y.shape[0]):
+        for i in range(nb):
+            a = y[r, i]
+            b = y[r, nb + i]
+            out[r, lo + i] = a * a + b * b
+
+
+def power_into(y: np.ndarray, lo: int, out: np.ndarray) -> None:
+    """Component intensities ``out[:, lo:lo + nb] = re**2 + im**2`` from ``y = [re | im]``
+    ``(N, 2 nb)`` (the windowed DFT of :func:`lhotse_amt.functional.loudness.multires_intensity`
+    on ``nb`` consecutive bins); ``out`` ``(N, K)`` of the same dtype."""
+    _power_into(y, y.shape[1] // 2, lo, out)
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _autocorr(zp, start, hop, n_frames, window, out):  # pragma: no cover - compiled
+    n_rows = zp.shape[0]
+    length = window.shape[0]
+    y = np.empty(length, np.float64)
+    for r in range(n_rows):
+        for fr in range(n_frames):
+            t0 = start + hop * fr
+            for n in range(length):
+                y[n] = np.float64(zp[r, t0 + n]) * window[n]
+            for tau in range(length):
+                acc = 0.0
+                for n in range(length - tau):
+                    acc += y[n] * y[n + tau]
+                out[r, fr, tau] = acc
+
+
+def windowed_autocorr(
+    zp: np.ndarray, start: int, hop: int, n_frames: int, window: np.ndarray
+) -> np.ndarray:
+    """Autocorrelation ``r[.., f, tau] = sum_n y_n y_(n + tau)`` (float64, ``tau < L``) of the
+    windowed segments ``y_n = zp[.., start + hop f + n] window[n]``, ``n < L`` (``L`` the window
+    length); ``zp`` ``(R, M)``; returns ``(R, n_frames, L)``. Direct summation, equal to the
+    zero-padded FFT computation up to float64 rounding."""
+    out = np.empty((zp.shape[0], n_frames, window.shape[0]), dtype=np.float64)
+    _autocorr(np.ascontiguousarray(zp), start, hop, n_frames, window.astype(np.float64), out)
+    return out
