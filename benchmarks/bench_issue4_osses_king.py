@@ -1,6 +1,7 @@
 """Real-time factor of the Osses2021 and King2019 models and extractors (CPU, one thread).
 
-RTF = processing (CPU) time / audio duration at 44.1 kHz for noise at 65 dB SPL (AMT
+RTF = processing (CPU) time / audio duration at 16 kHz (the extractors' default) and
+44.1 kHz (the rate of the speed target) for noise at 65 dB SPL (AMT
 scale, rms 1 = 100 dB SPL), float32, one thread, for 1 s and 10 s, batch 1 and 8 (batch
 RTF is per second of audio, i.e. time / (batch x duration)). Model forward = the full
 model (Osses2021: list of modulation bands; King2019: phase-insensitive (B, T, F, M)
@@ -10,8 +11,8 @@ default config at 44.1 kHz (10-ms frames, 2-s chunks): ``fused`` is the default
 timed alternately in the same process (best of ``--reps``). Prints the peak resident set
 size after each row.
 
-    python benchmarks/bench_issue4_osses_king.py [--durations 1 10] [--batches 1 8]
-        [--reps 3] [--what forward fused stagewise]
+    python benchmarks/bench_issue4_osses_king.py [--rates 16000 44100] [--durations 1 10]
+        [--batches 1 8] [--reps 3] [--what forward fused stagewise]
 """
 
 from __future__ import annotations
@@ -32,12 +33,10 @@ from lhotse_amt.features.casp import (
 from lhotse_amt.models.king2019 import King2019
 from lhotse_amt.models.osses2021 import Osses2021
 
-FS = 44100
 
-
-def noise(seconds: float, batch: int) -> torch.Tensor:
+def noise(seconds: float, batch: int, fs: int) -> torch.Tensor:
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((batch, int(seconds * FS))) * 10 ** ((65 - 100) / 20)
+    x = rng.standard_normal((batch, int(seconds * fs))) * 10 ** ((65 - 100) / 20)
     return torch.tensor(x, dtype=torch.float32)
 
 
@@ -63,8 +62,24 @@ def stagewise(ex):
     return ex
 
 
+def _models(fs: int) -> dict:
+    return {
+        "osses2021": (
+            Osses2021(fs),
+            Osses2021Extractor(Osses2021Config(sampling_rate=fs)),
+            stagewise(Osses2021Extractor(Osses2021Config(sampling_rate=fs))),
+        ),
+        "king2019": (
+            King2019(fs),
+            King2019Extractor(King2019Config(sampling_rate=fs)),
+            stagewise(King2019Extractor(King2019Config(sampling_rate=fs))),
+        ),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--rates", type=int, nargs="+", default=[16000, 44100])
     ap.add_argument("--durations", type=float, nargs="+", default=[1.0, 10.0])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--reps", type=int, default=3)
@@ -73,36 +88,29 @@ def main() -> None:
     )
     args = ap.parse_args()
     torch.set_num_threads(1)
-    models = {
-        "osses2021": (
-            Osses2021(FS),
-            Osses2021Extractor(Osses2021Config(sampling_rate=FS)),
-            stagewise(Osses2021Extractor(Osses2021Config(sampling_rate=FS))),
-        ),
-        "king2019": (
-            King2019(FS),
-            King2019Extractor(King2019Config(sampling_rate=FS)),
-            stagewise(King2019Extractor(King2019Config(sampling_rate=FS))),
-        ),
-    }
-    print(f"fs={FS} Hz, float32, torch threads={torch.get_num_threads()}, best of {args.reps}")
-    print(f"{'model':<10} {'what':<9} {'dur':>5} {'batch':>5} {'RTF':>8} {'peak RSS MB':>12}")
-    for name, (model, ex, ex_sw) in models.items():
-        for dur in args.durations:
-            for B in args.batches:
-                x = noise(dur, B)
-                xs = list(x.numpy())
-                fns = {
-                    "forward": lambda x=x, model=model: _forward(model, x),
-                    "fused": lambda xs=xs, ex=ex: ex.extract_batch(xs, FS),
-                    "stagewise": lambda xs=xs, ex=ex_sw: ex.extract_batch(xs, FS),
-                }
-                for what in args.what:
-                    rtf = timed(fns[what], args.reps) / (dur * B)
-                    print(
-                        f"{name:<10} {what:<9} {dur:>5g} {B:>5d} {rtf:>8.4f} {peak_rss_mb():>12.0f}",
-                        flush=True,
-                    )
+    print(f"float32, torch threads={torch.get_num_threads()}, best of {args.reps}; target 0.05")
+    print(
+        f"{'model':<10} {'fs':>6} {'what':<9} {'dur':>5} {'batch':>5} {'RTF':>8} "
+        f"{'peak RSS MB':>12}"
+    )
+    for fs in args.rates:
+        for name, (model, ex, ex_sw) in _models(fs).items():
+            for dur in args.durations:
+                for B in args.batches:
+                    x = noise(dur, B, fs)
+                    xs = list(x.numpy())
+                    fns = {
+                        "forward": lambda x=x, model=model: _forward(model, x),
+                        "fused": lambda xs=xs, ex=ex, fs=fs: ex.extract_batch(xs, fs),
+                        "stagewise": lambda xs=xs, ex=ex_sw, fs=fs: ex.extract_batch(xs, fs),
+                    }
+                    for what in args.what:
+                        rtf = timed(fns[what], args.reps) / (dur * B)
+                        print(
+                            f"{name:<10} {fs:>6d} {what:<9} {dur:>5g} {B:>5d} {rtf:>8.4f} "
+                            f"{peak_rss_mb():>12.0f}",
+                            flush=True,
+                        )
 
 
 def _forward(model, x):
