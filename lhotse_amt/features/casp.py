@@ -724,7 +724,9 @@ class Paulick2024Extractor(_CASPExtractor):
     decimated samples with fractional weights at the frame edges. The frame count is
     exactly Lhotse's ``compute_num_frames_from_samples``. Chunks are multiples of
     ``lcm(hop, R)`` input samples and carry all filter, loop and decimator states, so chunked
-    extraction equals one-shot extraction.
+    extraction equals one-shot extraction. The pooling is a compiled ``O(D M)`` pass per
+    chunk (:func:`lhotse_amt.kernels.paulick.pool_held`), which also picks the ``compact``
+    layout's columns.
 
     **Mixing hooks** (``mix``/``scale``/``compute_energy``): as for ``amt-dau1997`` they invert
     the adaptation loops' steady state; here the loops' input is the IHC receptor potential
@@ -791,10 +793,11 @@ class Paulick2024Extractor(_CASPExtractor):
         frames: list[list[Tensor]] = [[] for _ in range(B)]
         state = None
         t_needed = min(T, max(min(n, self._num_frames(n) * hop) for n in ends))
+        cols = self._column_index()
         for t0 in range(0, t_needed, chunk):
             t1 = min(t0 + chunk, t_needed)
-            y, state = self._sample_features(model, x[..., t0:t1], state)
-            self._pool_held(y, ends, t0, t1, R, frames)
+            y, state = self._decimated_features(model, x[..., t0:t1], state)
+            self._pool_held(y, ends, t0, t1, R, frames, cols)
         out = []
         for b in range(B):
             f = torch.cat(frames[b], -1).transpose(0, 1)
@@ -802,17 +805,30 @@ class Paulick2024Extractor(_CASPExtractor):
             out.append(f)
         return out
 
+    def _decimated_features(self, model: Paulick2024, x: Tensor, state: Any) -> tuple[Tensor, Any]:
+        """Decimated features ``(B, D, M)`` of chunk ``x (B, 1, Tc)``, every column (the
+        compact layout's columns are picked after pooling, on frames instead of samples)."""
+        out, new = model.stream(x[:, 0], state, upto=self.config.stage)
+        y = out[self.config.stage]
+        return y.reshape(y.shape[0], -1, y.shape[-1]), new
+
     def _pool_held(
-        self, y: Tensor, ends: list[int], t0: int, t1: int, R: int, frames: list[list[Tensor]]
+        self,
+        y: Tensor,
+        ends: list[int],
+        t0: int,
+        t1: int,
+        R: int,
+        frames: list[list[Tensor]],
+        cols: np.ndarray | None = None,
     ) -> None:
         """Pool decimated features ``y (B, D, M)`` of input samples ``[t0, t1)`` (``t0`` a
-        multiple of ``R`` and of ``hop``) held over ``R`` samples each (class docstring)."""
+        multiple of ``R`` and of ``hop``) held over ``R`` samples each (class docstring),
+        keeping the columns ``cols`` (``None``: all); compiled, ``O(D M)`` per chunk."""
+        from ..kernels import paulick
+
         hop = self.hop
         rms = self.config.pooling == "rms"
-        v = (y.square() if rms else y).to(torch.float64)
-        M = v.shape[-1]
-        width = (hop + R - 1) // R + 1
-        dev = v.device
         for b in range(len(ends)):
             n = ends[b]
             F = self._num_frames(n)
@@ -820,14 +836,7 @@ class Paulick2024Extractor(_CASPExtractor):
             f_hi = min(F, -(-t1 // hop))
             if f_hi <= f_lo:
                 continue
-            f = torch.arange(f_lo, f_hi, device=dev)
+            f = np.arange(f_lo, f_hi, dtype=np.int64)
             s = f * hop - t0
-            e = torch.clamp((f + 1) * hop, max=n) - t0
-            q = (s // R)[:, None] + torch.arange(width, device=dev)[None, :]  # (nf, W)
-            lo = torch.maximum(q * R, s[:, None])
-            hi = torch.minimum(q * R + R, e[:, None])
-            w = torch.clamp(hi - lo, min=0).to(torch.float64)
-            qc = q.clamp(max=M - 1)
-            vals = v[b][:, qc]  # (D, nf, W)
-            p = (vals * w).sum(-1) / (e - s).to(torch.float64)
-            frames[b].append((p.sqrt() if rms else p).to(y.dtype))
+            e = np.minimum((f + 1) * hop, n) - t0
+            frames[b].append(paulick.pool_held(y[b], cols, s, e, R, rms))

@@ -1,19 +1,32 @@
 """Compiled kernels of the Paulick et al. (2024) front end: DRNL filterbank, physiological
-inner hair cell (IHC) and a fused DRNL -> IHC -> adaptation-loop pass.
+inner hair cell (IHC), a fused DRNL -> IHC -> adaptation-loop (-> FIR decimator) pass, the
+FIR correlation of the ear filters and decimator, and the pooling of the held decimated
+signal into frames.
 
 Numba (CPU): ``@njit(cache=True)``, one batch row per ``prange`` iteration, time in the
 outer loop and the auditory channels in the inner loop (the channels are independent
 recursions, so the inner loop keeps many of them in flight at once). The DRNL and fused
-kernels always compute in float64 (outputs are cast back to the input dtype, states are
+kernels always compute in float64 (outputs are written in the input dtype, states are
 float64): float32 rounding noise in the low-frequency DRNL sections would otherwise make
 the output depend on the last bits of the input (~1e-3 relative after the adaptation
 loops). The IHC kernel runs in its input's dtype (float32 or float64). Each evaluates
-exactly the recursion of its plain-torch reference:
+the recursion of its plain-torch reference:
 
 * :func:`drnl` - :func:`lhotse_amt.functional.drnl.drnl`;
-* :func:`ihc` - :func:`lhotse_amt.functional.ihc_paulick.ihc_paulick_reference`;
+* :func:`ihc` - :func:`lhotse_amt.functional.ihc_paulick.ihc_paulick_reference` (the MET
+  slopes enter as reciprocals, ``z * (1 / s)``: 1-ulp differences in the exponents);
 * :func:`frontend` - the three stages in series (DRNL, IHC, adaptation loops of
-  :mod:`lhotse_amt.functional.adaptation`), without storing the intermediate signals.
+  :mod:`lhotse_amt.functional.adaptation`), optionally followed by the FIR decimator of
+  :class:`lhotse_amt.models.paulick2024.FIRDecimator` evaluated only at the kept samples,
+  without storing the intermediate signals. This kernel contracts ``a * b + c`` into fused
+  multiply-adds and evaluates the overshoot limiter only for the loops where some channel
+  exceeds 1 (the only values it changes), with ``-2 / m_j`` precomputed; it agrees with
+  the stage-wise path to ~1e-11 relative in float64 (the DRNL's low-frequency sections
+  amplify last-bit differences). Every output sample has a fixed operation order, so
+  chunked and one-shot processing agree bit for bit.
+* :func:`fir` - direct-form FIR correlation, float64 accumulation in tap order (bit-exact
+  under chunking), blocked so that the inner loop runs over outputs;
+* :func:`pool_held` - frame means / rms of a signal held over ``R`` samples, ``O(D M)``.
 
 Triton (CUDA): :func:`ihc_triton`, one program per block of rows, sequential in time.
 Importing this module never fails without Triton or a GPU (``HAS_TRITON`` /
@@ -33,14 +46,31 @@ from numba.extending import intrinsic
 
 from .cpu import _threads
 
-__all__ = ["drnl", "ihc", "frontend", "fir", "ihc_triton", "HAS_TRITON", "triton_available"]
+__all__ = [
+    "drnl",
+    "ihc",
+    "frontend",
+    "fir",
+    "pool_held",
+    "ihc_triton",
+    "HAS_TRITON",
+    "triton_available",
+]
 
 _NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
+# the fused front end may contract a * b + c into fused multiply-adds (one rounding instead
+# of two: results change in the last bit, well inside the tests' tolerances)
+_NOPY_FMA = dict(_NOPY, fastmath={"contract"})
 
 
 def _np(t: torch.Tensor, dtype: np.dtype | None = None) -> np.ndarray:
     a = np.ascontiguousarray(t.detach().cpu().numpy())
     return a if dtype is None else np.ascontiguousarray(a.astype(dtype, copy=False))
+
+
+def _out_dtype(x: torch.Tensor) -> np.dtype:
+    """numpy dtype of a kernel output that follows ``x`` (float32 or float64)."""
+    return np.dtype(np.float32) if x.dtype == torch.float32 else np.dtype(np.float64)
 
 
 def _sos_cm(sos: torch.Tensor, dt: np.dtype) -> np.ndarray:
@@ -137,9 +167,10 @@ def _split2(z):  # pragma: no cover - compiled
 
 
 # exp(x) without a libm call, so that the channel loops vectorise: x = k ln2 + r with
-# |r| <= ln2 / 2, exp(r) by its degree-13 Taylor polynomial (truncation < 5e-18 relative),
-# 2^k assembled from its IEEE-754 bits. Arguments are clamped to [-708, 709] (exp(-708) =
-# 3e-308 stands for anything smaller). Agrees with math.exp to 1-2 ulp (tested).
+# |r| <= ln2 / 2, exp(r) by its degree-13 Taylor polynomial (truncation < 5e-18 relative,
+# evaluated by Estrin's scheme), 2^k assembled from its IEEE-754 bits. Arguments are
+# clamped to [-708, 709] (exp(-708) = 3e-308 stands for anything smaller). Agrees with
+# math.exp to 2 ulp (tested).
 _LOG2E = 1.4426950408889634
 _LN2_HI = 0.6931471803691238
 _LN2_LO = 1.9082149292705877e-10
@@ -163,20 +194,15 @@ def _exp(x):  # pragma: no cover - compiled
     x = min(max(x, -708.0), 709.0)
     kf = np.floor(x * _LOG2E + 0.5)
     r = (x - kf * _LN2_HI) - kf * _LN2_LO
-    p = _F13
-    p = p * r + _F12
-    p = p * r + _F11
-    p = p * r + _F10
-    p = p * r + _F9
-    p = p * r + _F8
-    p = p * r + _F7
-    p = p * r + _F6
-    p = p * r + _F5
-    p = p * r + _F4
-    p = p * r + _F3
-    p = p * r + _F2
-    p = p * r + _F1
-    p = p * r + _F0
+    # Estrin's scheme: a dependency chain of depth 5 instead of Horner's 13, so that the
+    # many channels of a vectorised loop overlap
+    r2 = r * r
+    r4 = r2 * r2
+    r8 = r4 * r4
+    q0 = (_F0 + _F1 * r) + r2 * (_F2 + _F3 * r)
+    q1 = (_F4 + _F5 * r) + r2 * (_F6 + _F7 * r)
+    q2 = ((_F8 + _F9 * r) + r2 * (_F10 + _F11 * r)) + r4 * (_F12 + _F13 * r)
+    p = (q0 + r4 * q1) + r8 * q2
     return p * _bits_to_f64((np.int64(kf) + 1023) << 52)
 
 
@@ -196,14 +222,15 @@ def fast_exp(x: np.ndarray) -> np.ndarray:
 
 @njit(inline="always", **_NOPY)
 def _ihc_step(v, p, w):  # pragma: no cover - compiled
-    # p: scale, Gmax, x0, s0, s1, zmax, k=dt/Cm, Gkf, Gks, dEP, dKf, dKs
-    scale, gmax, x0, s0, s1, zmax = p[0], p[1], p[2], p[3], p[4], p[5]
+    # p: scale, Gmax, x0, 1/s0, 1/s1, zmax, k=dt/Cm, Gkf, Gks, dEP, dKf, dKs (reciprocal
+    # slopes: multiplications instead of two divisions per sample and channel)
+    scale, gmax, x0, r0, r1, zmax = p[0], p[1], p[2], p[3], p[4], p[5]
     kk, gkf, gks, dep, dkf, dks = p[6], p[7], p[8], p[9], p[10], p[11]
     C = v.shape[0]
     for k in range(C):
         z = x0 - scale * v[k]
         z = min(z, zmax)
-        G = gmax / (1.0 + _exp(z / s1) * (1.0 + _exp(z / s0)))
+        G = gmax / (1.0 + _exp(z * r1) * (1.0 + _exp(z * r0)))
         W = w[k]
         W = W + kk * (-G * (W + dep) - gkf * (W + dkf) - gks * (W + dks))
         w[k] = W
@@ -211,9 +238,11 @@ def _ihc_step(v, p, w):  # pragma: no cover - compiled
 
 
 @njit(inline="always", **_NOPY)
-def _adapt_step(v, a, m, s, minlvl, use_limit, c0, sc):  # pragma: no cover - compiled
+def _adapt_step(v, a, m, r, s, minlvl, use_limit, c0, sc):  # pragma: no cover - compiled
     # loop-major order (every channel through loop j, then j + 1): the same arithmetic per
-    # channel as the sample-major reference, vectorisable over the channels
+    # channel as the sample-major reference, vectorisable over the channels; r = -2 / m.
+    # The overshoot limiter (an exp and a division per channel) only changes values above
+    # 1: its pass runs only for the loops where some channel exceeds 1 at this sample
     J = a.shape[0]
     C = v.shape[0]
     for k in range(C):
@@ -221,14 +250,24 @@ def _adapt_step(v, a, m, s, minlvl, use_limit, c0, sc):  # pragma: no cover - co
     for j in range(J):
         aj = a[j]
         mj = m[j]
+        rj = r[j]
         sj = s[j]
+        n_over = 0
         for k in range(C):
             x = v[k] / sj[k]
-            if use_limit:
-                lim = 2.0 * mj[k] / (1.0 + _exp(-2.0 * (x - 1.0) / mj[k])) - (mj[k] - 1.0)
-                x = lim if x > 1.0 else x
-            sj[k] = aj[k] * sj[k] + (1.0 - aj[k]) * x
             v[k] = x
+            if x > 1.0:
+                n_over += 1
+        if use_limit and n_over > 0:
+            for k in range(C):
+                x = v[k]
+                lim = 2.0 * mj[k] / (1.0 + _exp((x - 1.0) * rj[k])) - (mj[k] - 1.0)
+                x = lim if x > 1.0 else x
+                v[k] = x
+                sj[k] = aj[k] * sj[k] + (1.0 - aj[k]) * x
+        else:
+            for k in range(C):
+                sj[k] = aj[k] * sj[k] + (1.0 - aj[k]) * v[k]
     for k in range(C):
         v[k] = (v[k] - c0) * sc
 
@@ -279,16 +318,51 @@ def _ihc_kernel(x, p, w, y):  # pragma: no cover - compiled
         w[r] = wr
 
 
-@njit(parallel=True, **_NOPY)
+@njit(parallel=True, **_NOPY_FMA)
 def _frontend_kernel(
-    x, g, lin, nl1, nl2, a, b, c, zl, z1, z2, p, w, aa, mm, s, minlvl, use_limit, c0, sc, y
+    x,
+    g,
+    lin,
+    nl1,
+    nl2,
+    a,
+    b,
+    c,
+    zl,
+    z1,
+    z2,
+    p,
+    w,
+    aa,
+    mm,
+    s,
+    minlvl,
+    use_limit,
+    c0,
+    sc,
+    wd,
+    hist,
+    j0,
+    R,
+    round32,
+    y,
 ):  # pragma: no cover - compiled
+    # R == 0: y (N, C, T) gets the adaptation output at every sample. R >= 1: the output
+    # feeds the FIR decimator instead, y (N, C, M) gets sum_q wd[q] u[n - K + 1 + q] at the
+    # samples n = j0 + i R (u: the adaptation output rounded to float32 when round32, as
+    # the stage-wise decimator sees it; taps in order, so every output has one fixed
+    # summation order whatever the chunking); hist (N, K - 1, C): the last K - 1 values of
+    # u before the chunk, updated in place. A ring of 2 K rows holds every value twice so
+    # that the last K values are always K contiguous rows.
     N, T = x.shape
     C = g.shape[0]
+    K = wd.shape[0]
     quarter = c == 0.25
+    rr = -2.0 / mm
     for r in prange(N):
         v = np.empty(C, x.dtype)
         u = np.empty(C, x.dtype)
+        acc = np.empty(C, x.dtype)
         L = _split(lin)
         N1 = _split(nl1)
         N2 = _split(nl2)
@@ -299,16 +373,67 @@ def _frontend_kernel(
         sr = s[r].copy()
         xr = x[r]
         yr = y[r]
+        ring = np.empty((2 * K, C), x.dtype)
+        if R > 0:
+            for q in range(K - 1):
+                for k in range(C):
+                    ring[1 + q, k] = hist[r, q, k]
+                    ring[K + 1 + q, k] = hist[r, q, k]
+        pos = 0
+        nxt = j0
+        i = 0
         for n in range(T):
             _drnl_step(xr[n], g, L, N1, N2, a, b, c, quarter, ZL, Z1, Z2, v, u)
             _ihc_step(v, p, wr)
-            _adapt_step(v, aa, mm, sr, minlvl, use_limit, c0, sc)
-            for k in range(C):
-                yr[k, n] = v[k]
-        for i in range(2):
-            zl[r, i] = ZL[i]
-            z1[r, i] = Z1[i]
-            z2[r, i] = Z2[i]
+            _adapt_step(v, aa, mm, rr, sr, minlvl, use_limit, c0, sc)
+            if R == 0:
+                for k in range(C):
+                    yr[k, n] = v[k]
+                continue
+            ra = ring[pos]
+            rb = ring[pos + K]
+            if round32:
+                for k in range(C):
+                    t = np.float64(np.float32(v[k]))
+                    ra[k] = t
+                    rb[k] = t
+            else:
+                for k in range(C):
+                    ra[k] = v[k]
+                    rb[k] = v[k]
+            if n == nxt:
+                for k in range(C):
+                    acc[k] = 0.0
+                q4 = K - K % 4
+                for q in range(0, q4, 4):
+                    # four taps per sweep over the channels, added in tap order
+                    w0, w1, w2, w3 = wd[q], wd[q + 1], wd[q + 2], wd[q + 3]
+                    r0 = ring[pos + 1 + q]
+                    r1 = ring[pos + 2 + q]
+                    r2 = ring[pos + 3 + q]
+                    r3 = ring[pos + 4 + q]
+                    for k in range(C):
+                        acc[k] = (((acc[k] + w0 * r0[k]) + w1 * r1[k]) + w2 * r2[k]) + w3 * r3[k]
+                for q in range(q4, K):
+                    wq = wd[q]
+                    row = ring[pos + 1 + q]
+                    for k in range(C):
+                        acc[k] += wq * row[k]
+                for k in range(C):
+                    yr[k, i] = acc[k]
+                i += 1
+                nxt += R
+            pos = pos + 1 if pos + 1 < K else 0
+        if R > 0 and T > 0:
+            # after the last sample (written at row pos - 1) the last K - 1 values are the
+            # rows pos + 1 ... pos + K - 1 (pos already advanced)
+            for q in range(K - 1):
+                for k in range(C):
+                    hist[r, q, k] = ring[pos + 1 + q, k]
+        for j in range(2):
+            zl[r, j] = ZL[j]
+            z1[r, j] = Z1[j]
+            z2[r, j] = Z2[j]
         w[r] = wr
         s[r] = sr
 
@@ -318,9 +443,10 @@ def _fir_kernel(buf, w, start, stride, y):  # pragma: no cover - compiled
     # y[r, i] = sum_k w[k] buf[r, start + i stride + k] in polyphase form: for each phase
     # p the contiguous sub-signal buf[start + p :: stride] meets the taps w[p :: stride].
     # float64 accumulation in a fixed order (phase by phase, taps in order) for every
-    # output, whatever the chunking
+    # output, whatever the chunking. Blocks of BL outputs stay in L1 while the taps sweep
+    # over them (the inner loop runs over outputs: long, vectorised)
     N, M = y.shape
-    BL = 16
+    BL = 512
     for r in prange(N):
         out = np.zeros(M)
         acc = np.zeros(BL)
@@ -331,22 +457,58 @@ def _fir_kernel(buf, w, start, stride, y):  # pragma: no cover - compiled
             Kp = wp.shape[0]
             for i0 in range(0, M, BL):
                 nb = min(BL, M - i0)
-                for ii in range(BL):
-                    acc[ii] = 0.0
-                if nb == BL:
-                    for q in range(Kp):
-                        wq = wp[q]
-                        for ii in range(BL):
-                            acc[ii] += wq * sub[i0 + ii + q]
-                else:
-                    for q in range(Kp):
-                        wq = wp[q]
-                        for ii in range(nb):
-                            acc[ii] += wq * sub[i0 + ii + q]
+                a = acc[:nb]
+                a[:] = 0.0
+                q4 = Kp - Kp % 4
+                for q in range(0, q4, 4):
+                    # four taps per sweep, added in tap order (the same sum as one by one)
+                    w0, w1, w2, w3 = wp[q], wp[q + 1], wp[q + 2], wp[q + 3]
+                    sq = sub[i0 + q : i0 + q + nb + 3]
+                    for ii in range(nb):
+                        a[ii] = (
+                            ((a[ii] + w0 * sq[ii]) + w1 * sq[ii + 1]) + w2 * sq[ii + 2]
+                        ) + w3 * sq[ii + 3]
+                for q in range(q4, Kp):
+                    wq = wp[q]
+                    sq = sub[i0 + q : i0 + q + nb]
+                    for ii in range(nb):
+                        a[ii] += wq * sq[ii]
+                o = out[i0 : i0 + nb]
                 for ii in range(nb):
-                    out[i0 + ii] += acc[ii]
+                    o[ii] += a[ii]
         for i in range(M):
             y[r, i] = out[i]
+
+
+@njit(**_NOPY)
+def _pool_kernel(v, cols, s, e, R, rms, out):  # pragma: no cover - compiled
+    # frame f of column i: sum over held samples q of |[R q, R q + R) & [s_f, e_f)| v[q]
+    # (or v[q]^2), divided by e_f - s_f: the partial first and last held samples plus R
+    # times the sum of those in between; each frame summed on its own, in sample order
+    M = v.shape[1]
+    nf = s.shape[0]
+    for i in range(cols.shape[0]):
+        row = v[cols[i]]
+        for f in range(nf):
+            sf = s[f]
+            ef = e[f]
+            qa = sf // R
+            qb = min((ef - 1) // R, M - 1)
+            va = np.float64(row[qa])
+            vb = np.float64(row[qb])
+            if rms:
+                va = va * va
+                vb = vb * vb
+            if qb == qa:
+                acc = (min(qa * R + R, ef) - sf) * va
+            else:
+                mid = 0.0
+                for q in range(qa + 1, qb):
+                    t = np.float64(row[q])
+                    mid += t * t if rms else t
+                acc = (qa * R + R - sf) * va + R * mid + (min(qb * R + R, ef) - qb * R) * vb
+            p = acc / (ef - sf)
+            out[i, f] = math.sqrt(p) if rms else p
 
 
 # --------------------------------------------------------------------------------------
@@ -398,11 +560,12 @@ def drnl(
     lead, xn, args, zs = _drnl_args(x, g, lin_sos, nl1_sos, nl2_sos, a, b, state)
     N, T = xn.shape
     C = args[0].shape[0]
-    y = np.empty((N, C, T), xn.dtype)
+    # the kernel writes its float64 results straight into an array of the input dtype
+    y = np.empty((N, C, T), _out_dtype(x))
     if T > 0:
         _drnl_kernel(xn, *args, xn.dtype.type(c), *zs, y)
     new = {k: _state_back(z, lead).to(x.device) for k, z in zip(("lin", "nl1", "nl2"), zs)}
-    return torch.from_numpy(y).reshape(*lead, C, T).to(device=x.device, dtype=x.dtype), new
+    return torch.from_numpy(y).reshape(*lead, C, T).to(device=x.device), new
 
 
 def fir(buf: torch.Tensor, w: torch.Tensor, start: int, stride: int, n_out: int) -> torch.Tensor:
@@ -418,9 +581,29 @@ def fir(buf: torch.Tensor, w: torch.Tensor, start: int, stride: int, n_out: int)
     return torch.from_numpy(y).to(buf.device)
 
 
+def pool_held(
+    y: torch.Tensor, cols: np.ndarray | None, s: np.ndarray, e: np.ndarray, R: int, rms: bool
+) -> torch.Tensor:
+    """Frame means (or rms) of a decimated signal held over ``R`` input samples each.
+
+    ``y (D, M)``: decimated sample ``q`` stands for input samples ``[R q, R q + R)``;
+    ``s, e (F,)``: frame ``f`` covers input samples ``[s_f, e_f)`` (``s_f < e_f <= R M``);
+    ``cols``: the rows to pool (``None``: all). Returns ``(len(cols), F)`` in ``y``'s dtype,
+    float64 accumulation; a frame's value depends only on the samples it covers (so chunked
+    and one-shot pooling agree bit for bit)."""
+    v = _np(y)
+    c = np.arange(v.shape[0]) if cols is None else np.asarray(cols, np.int64)
+    out = np.empty((c.shape[0], len(s)), np.float64)
+    if len(s) > 0 and c.shape[0] > 0:
+        _pool_kernel(v, c, np.asarray(s, np.int64), np.asarray(e, np.int64), int(R), rms, out)
+    return torch.from_numpy(out).to(device=y.device, dtype=y.dtype)
+
+
 def _ihc_pack(p: dict[str, float], dt: np.dtype) -> np.ndarray:
     keys = ("scale", "gmax", "x0", "s0", "s1", "zmax", "k", "gkf", "gks", "dep", "dkf", "dks")
-    return np.array([p[k] for k in keys], dtype=dt)
+    v = [float(p[k]) for k in keys]
+    v[3], v[4] = 1.0 / v[3], 1.0 / v[4]
+    return np.array(v, dtype=dt)
 
 
 def ihc(
@@ -456,8 +639,11 @@ def frontend(
     use_limit: bool,
     out_offset: float,
     out_scale: float,
-) -> tuple[torch.Tensor, dict, torch.Tensor, torch.Tensor]:
-    """DRNL -> IHC -> adaptation loops in one pass over ``x (B, T)``.
+    dec_weight: torch.Tensor | None = None,
+    dec_factor: int = 0,
+    dec_state: dict | None = None,
+) -> tuple[torch.Tensor, dict, torch.Tensor, torch.Tensor, dict | None]:
+    """DRNL -> IHC -> adaptation loops (-> FIR decimator) in one pass over ``x (B, T)``.
 
     Args:
         drnl_coefs: ``(g, lin_sos, nl1_sos, nl2_sos, a, b, c)`` as for :func:`drnl`.
@@ -465,9 +651,16 @@ def frontend(
         adapt_a, adapt_m: ``(C, J)`` loop coefficients and limiter constants;
         adapt_state ``(B, C, J)``; minlvl, use_limit, out_offset ``c``, out_scale: the
         adaptation-loop constants (output ``(v - c) * scale``, model units).
+        dec_weight, dec_factor ``R``, dec_state: with ``R >= 1``, the adaptation output
+            (rounded to ``x``'s dtype) goes through the FIR decimator
+            :class:`lhotse_amt.models.paulick2024.FIRDecimator` (``dec_weight (K,)``: its
+            flipped taps, output ``m`` at input sample ``R m``; ``dec_state``: its state,
+            ``{"hist": (B, C, K - 1), "t": samples seen}``) inside the kernel, so no
+            sample-rate output is stored.
 
     Returns:
-        adaptation output ``(B, C, T)`` and the three new states.
+        adaptation output ``(B, C, T)`` (or the decimated ``(B, C, M)``) in ``x``'s dtype,
+        the three new states and the new decimator state (``None`` without decimation).
     """
     _threads()
     g, lin_sos, nl1_sos, nl2_sos, a, b, c = drnl_coefs
@@ -482,7 +675,26 @@ def frontend(
     s = np.ascontiguousarray(
         _np(adapt_state.expand(*lead, C, J).reshape(N, C, J), dt).transpose(0, 2, 1)
     )
-    y = np.empty((N, C, T), dt)
+    R = int(dec_factor) if dec_weight is not None else 0
+    if R > 0:
+        wd = _np(dec_weight.reshape(-1), dt)
+        K = wd.shape[0]
+        st = dec_state or {}
+        t0 = int(st.get("t", 0))
+        h = st.get("hist")
+        if h is None:
+            hist = np.zeros((N, K - 1, C), dt)
+        else:
+            h = _np(h.to(x.dtype).reshape(N, C, K - 1), dt)
+            hist = np.ascontiguousarray(h.transpose(0, 2, 1))
+        j0 = (-t0) % R
+        M = max(0, -(-(T - j0) // R))
+    else:
+        wd = np.zeros(1, dt)
+        hist = np.zeros((N, 0, C), dt)
+        t0 = j0 = 0
+        M = T
+    y = np.empty((N, C, M), _out_dtype(x))
     if T > 0:
         _frontend_kernel(
             xn,
@@ -498,16 +710,26 @@ def frontend(
             bool(use_limit),
             dt.type(out_offset),
             dt.type(out_scale),
+            wd,
+            hist,
+            j0,
+            R,
+            x.dtype == torch.float32,
             y,
         )
     dev = x.device
     new_drnl = {k: _state_back(z, lead).to(dev) for k, z in zip(("lin", "nl1", "nl2"), zs)}
     s_out = torch.from_numpy(np.ascontiguousarray(s.transpose(0, 2, 1))).reshape(*lead, C, J)
+    new_dec = None
+    if R > 0:
+        hb = torch.from_numpy(np.ascontiguousarray(hist.transpose(0, 2, 1)))
+        new_dec = {"hist": hb.reshape(*lead, C, -1).to(device=dev, dtype=x.dtype), "t": t0 + T}
     return (
-        torch.from_numpy(y).reshape(*lead, C, T).to(device=dev, dtype=x.dtype),
+        torch.from_numpy(y).reshape(*lead, C, M).to(dev),
         new_drnl,
         torch.from_numpy(w).reshape(*lead, C).to(dev),
         s_out.to(dev),
+        new_dec,
     )
 
 

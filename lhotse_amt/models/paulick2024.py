@@ -21,7 +21,11 @@ cell -> adaptation loops -> decimation to ``fs / 4`` -> modulation filterbank.
   (``24 R + 1`` taps, beta 8, cut-off ``0.39 fs / R``: flat to 3 kHz, -2.3 dB at 4 kHz and
   at least 80 dB attenuation from ``fs / (2 R)`` up for ``fs`` = 44.1 kHz; group delay
   ``12 R`` input samples) evaluated only at the kept samples ``n = R m``; causal and
-  streaming, so chunked processing equals one-shot processing.
+  streaming, so chunked processing equals one-shot processing. For CPU inference the
+  DRNL, IHC, adaptation loops and decimator run as one compiled pass
+  (:func:`lhotse_amt.kernels.paulick.frontend`) that stores only the decimated signal;
+  :meth:`stream` then returns the stages it materialises (``outerear``, ``resampled``,
+  ``modulation``), with states interchangeable with the stage-wise path's.
 * **Modulation filterbank** (preset ``"paulick2024"``: 150-Hz pre-filter, 2.5-Hz low-pass,
   5 and 10 Hz, then Q = 2 bands up to ``min(fc / 4, 150 Hz)``, ``1/sqrt(2)`` above 10 Hz)
   at ``fs / R``.
@@ -356,7 +360,10 @@ class Paulick2024(StreamingModel):
             ast = state.get("adaptation")
             ast = s0.expand(B, C, J) if ast is None else ast
             d = self.drnl
-            ya, new["drnl"], new["ihc"], new["adaptation"] = paulick.frontend(
+            # with the decimated stages requested the decimator runs inside the kernel too
+            # (no sample-rate output is stored; the "adaptation" stage is then not returned)
+            dec = last >= names.index("resampled")
+            ya, new["drnl"], new["ihc"], new["adaptation"], dst = paulick.frontend(
                 y,
                 (d.lin_gain, torch.cat([d.lin_gt, d.lin_lp], -2), d.nl_gt,
                  torch.cat([d.nl_gt, d.nl_lp], -2), d.a, d.b, float(d.c)),
@@ -370,8 +377,14 @@ class Paulick2024(StreamingModel):
                 self.adaptation.limit > 1.0,
                 c0,
                 100.0 / (1.0 - c0),
+                self.resampler.weight.reshape(-1) if dec else None,
+                self.resample_factor,
+                state.get("resampled"),
             )  # fmt: skip
             y = ya
+            if dec:
+                new["resampled"] = dst
+                out["resampled"] = y
         else:
             y, new["drnl"] = self.drnl(y, state.get("drnl"), return_state=True)
             out["drnl"] = y
@@ -382,9 +395,9 @@ class Paulick2024(StreamingModel):
                 y, new["adaptation"] = self.adaptation(
                     y, state.get("adaptation"), return_state=True
                 )
-        if last >= names.index("adaptation"):
+        if last >= names.index("adaptation") and "resampled" not in out:
             out["adaptation"] = y
-        if last >= names.index("resampled"):
+        if last >= names.index("resampled") and "resampled" not in out:
             y, new["resampled"] = self.resampler(y, state.get("resampled"), return_state=True)
             out["resampled"] = y
         if last >= names.index("modulation"):

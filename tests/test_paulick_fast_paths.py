@@ -1,0 +1,109 @@
+"""Fast CPU paths of the Paulick2024 model and extractor: the FIR decimator inside the fused
+front-end kernel, the compiled pooling of the held decimated signal, and the blocked FIR
+kernel, each against its plain definition."""
+
+import math
+
+import numpy as np
+import pytest
+import scipy.signal as ss
+import torch
+
+from lhotse_amt.features.casp import Paulick2024Config, Paulick2024Extractor
+from lhotse_amt.kernels import paulick
+from lhotse_amt.models.paulick2024 import Paulick2024
+
+FS = 44100
+
+
+def _noise(n: int, batch: int = 2, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, n, generator=g, dtype=torch.float64) * 0.02
+    x[:, : n // 3] *= 0.01  # quiet start, then an onset (overshoot limiter active)
+    return x
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fused_decimation_equals_decimating_the_adaptation_output(dtype):
+    m = Paulick2024(n_channels=5, dtype=dtype)
+    x = _noise(5001).to(dtype)
+    with torch.inference_mode():
+        fused, fs = m.stream(x, None, "resampled")
+        ad, _ = m.stream(x, None, "adaptation")
+        ref, rs = m.resampler(ad["adaptation"], None, return_state=True)
+    y = fused["resampled"]
+    assert y.dtype == dtype and y.shape == ref.shape == (2, 5, math.ceil(5001 / 4))
+    tol = 1e-12 if dtype == torch.float64 else 1e-6
+    assert float((y - ref).abs().max()) <= tol * float(ref.abs().max())
+    # the decimator state has the stage-wise layout and values (interchangeable)
+    assert fs["resampled"]["t"] == rs["t"] == 5001
+    assert torch.equal(fs["resampled"]["hist"], rs["hist"])
+
+
+def test_fused_decimation_streams_bit_exactly():
+    m = Paulick2024(n_channels=4)
+    x = _noise(6003).float()
+    with torch.inference_mode():
+        ref, _ = m.stream(x, None, "resampled")
+        s, parts = None, []
+        for a, b in ((0, 3), (3, 1001), (1001, 1002), (1002, 4445), (4445, 6003)):
+            o, s = m.stream(x[:, a:b], s, "resampled")
+            parts.append(o["resampled"])
+    assert torch.equal(torch.cat(parts, -1), ref["resampled"])
+
+
+def _pool_reference(y, s, e, R, rms):
+    """Frame means of the held signal, literally (repeat each sample R times)."""
+    v = y.double().square() if rms else y.double()
+    held = v.repeat_interleave(R, -1)
+    out = torch.stack([held[:, a:b].mean(-1) for a, b in zip(s, e)], -1)
+    return out.sqrt() if rms else out
+
+
+@pytest.mark.parametrize("rms", [False, True])
+def test_pool_held_matches_the_definition(rms):
+    g = torch.Generator().manual_seed(1)
+    y = torch.randn(7, 300, generator=g, dtype=torch.float64)
+    R, hop, n = 4, 441, 1150  # frames cut by the signal end, edges inside held samples
+    f = np.arange(0, -(-n // hop))
+    s = f * hop
+    e = np.minimum((f + 1) * hop, n)
+    cols = np.array([0, 3, 6])
+    got = paulick.pool_held(y, cols, s, e, R, rms)
+    ref = _pool_reference(y[cols], s, e, R, rms)
+    torch.testing.assert_close(got, ref, rtol=1e-13, atol=0)
+    assert paulick.pool_held(y.float(), None, s, e, R, rms).dtype == torch.float32
+
+
+def test_extractor_rms_pooling_of_the_held_signal():
+    x = _noise(9001, batch=1)[0].float().numpy()
+    ex = Paulick2024Extractor(Paulick2024Config(n_channels=3, stage="resampled", pooling="rms"))
+    m = ex.model("cpu")
+    with torch.inference_mode():
+        out, _ = m.stream(torch.from_numpy(x)[None], None, "resampled")
+    F = ex._num_frames(9001)
+    f = np.arange(F)
+    ref = _pool_reference(out["resampled"][0], f * 441, np.minimum((f + 1) * 441, 9001), 4, True)
+    np.testing.assert_allclose(ex.extract(x, FS), ref.T.numpy(), rtol=1e-6)
+
+
+def test_fir_kernel_matches_lfilter_every_stride():
+    rng = np.random.default_rng(2)
+    h = rng.standard_normal(37)
+    x = rng.standard_normal((3, 2000))
+    w = torch.from_numpy(h[::-1].copy())
+    buf = torch.from_numpy(np.concatenate([np.zeros((3, 36)), x], -1))
+    full = ss.lfilter(h, 1.0, x)
+    for start, stride in ((0, 1), (1, 3), (2, 4)):
+        n_out = len(range(start, 2000, stride))
+        y = paulick.fir(buf, w, start, stride, n_out).numpy()
+        np.testing.assert_allclose(y, full[:, start::stride], rtol=0, atol=1e-12)
+
+
+def test_kernel_exp_within_two_ulp():
+    rng = np.random.default_rng(3)
+    x = np.concatenate([np.linspace(-708.0, 709.0, 200001), rng.uniform(-5.0, 5.0, 200000)])
+    ref = np.exp(x)
+    err = np.abs(paulick.fast_exp(x) - ref) / np.spacing(ref)
+    assert err.max() <= 2.0
+    assert paulick.fast_exp(np.array([-1e4]))[0] == pytest.approx(math.exp(-708.0), rel=1e-15)
