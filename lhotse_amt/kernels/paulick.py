@@ -45,6 +45,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from .cpu import _threads
+from .fastmath import exp32_nonpos_inline
 
 __all__ = [
     "drnl",
@@ -100,24 +101,19 @@ def _state_back(z: np.ndarray, lead: tuple[int, ...]) -> torch.Tensor:
 
 
 @njit(inline="always", **_NOPY)
-def _sections(v, b0a, b1a, b2a, a1a, a2a, z1a, z2a):  # pragma: no cover - compiled
+def _sections(v, cf, z):  # pragma: no cover - compiled
     # transposed direct form II biquads in series on every channel k of v at once;
-    # coefficients and states (S, C), one contiguous row per section
-    S = b0a.shape[0]
+    # coefficients cf (5, S, C): b0, b1, b2, a1, a2; states z (2, S, C). Multi-dimensional
+    # indexing, no row views: views inside the sample loop cost reference-count updates
+    # that numba cannot prune across the kernels' branches
+    S = cf.shape[1]
     C = v.shape[0]
     for s in range(S):
-        b0 = b0a[s]
-        b1 = b1a[s]
-        b2 = b2a[s]
-        a1 = a1a[s]
-        a2 = a2a[s]
-        z1 = z1a[s]
-        z2 = z2a[s]
         for k in range(C):
             w = v[k]
-            o = b0[k] * w + z1[k]
-            z1[k] = b1[k] * w - a1[k] * o + z2[k]
-            z2[k] = b2[k] * w - a2[k] * o
+            o = cf[0, s, k] * w + z[0, s, k]
+            z[0, s, k] = cf[1, s, k] * w - cf[3, s, k] * o + z[1, s, k]
+            z[1, s, k] = cf[2, s, k] * w - cf[4, s, k] * o
             v[k] = o
 
 
@@ -147,23 +143,12 @@ def _drnl_step(xv, g, L, N1, N2, a, b, c, quarter, ZL, Z1, Z2, v, u):  # pragma:
     for k in range(C):
         v[k] = g[k] * xv
         u[k] = xv
-    _sections(v, L[0], L[1], L[2], L[3], L[4], ZL[0], ZL[1])
-    _sections(u, N1[0], N1[1], N1[2], N1[3], N1[4], Z1[0], Z1[1])
+    _sections(v, L, ZL)
+    _sections(u, N1, Z1)
     _stick(u, a, b, c, quarter)
-    _sections(u, N2[0], N2[1], N2[2], N2[3], N2[4], Z2[0], Z2[1])
+    _sections(u, N2, Z2)
     for k in range(C):
         v[k] = v[k] + u[k]
-
-
-@njit(inline="always", **_NOPY)
-def _split(cf):  # pragma: no cover - compiled
-    # (K, S, C) -> tuple of K contiguous (S, C) copies
-    return cf[0].copy(), cf[1].copy(), cf[2].copy(), cf[3].copy(), cf[4].copy()
-
-
-@njit(inline="always", **_NOPY)
-def _split2(z):  # pragma: no cover - compiled
-    return z[0].copy(), z[1].copy()
 
 
 # exp(x) without a libm call, so that the channel loops vectorise: x = k ln2 + r with
@@ -238,36 +223,45 @@ def _ihc_step(v, p, w):  # pragma: no cover - compiled
 
 
 @njit(inline="always", **_NOPY)
-def _adapt_step(v, a, m, r, s, minlvl, use_limit, c0, sc):  # pragma: no cover - compiled
+def _adapt_step(v, a, m, r, s, minlvl, use_limit, c0, sc, fast, m32, t32):  # pragma: no cover
     # loop-major order (every channel through loop j, then j + 1): the same arithmetic per
     # channel as the sample-major reference, vectorisable over the channels; r = -2 / m.
     # The overshoot limiter (an exp and a division per channel) only changes values above
-    # 1: its pass runs only for the loops where some channel exceeds 1 at this sample
+    # 1: its pass runs only for the loops where some channel exceeds 1 at this sample.
+    # fast (float32 output): the limiter's correction m (1 - e) / (1 + e) is evaluated in
+    # float32 (absolute error < 1e-6 on a value >= 1; states stay float64), as in
+    # :mod:`lhotse_amt.kernels.casp`
     J = a.shape[0]
     C = v.shape[0]
     for k in range(C):
         v[k] = max(v[k], minlvl)
     for j in range(J):
-        aj = a[j]
-        mj = m[j]
-        rj = r[j]
-        sj = s[j]
         n_over = 0
         for k in range(C):
-            x = v[k] / sj[k]
+            x = v[k] / s[j, k]
             v[k] = x
             if x > 1.0:
                 n_over += 1
         if use_limit and n_over > 0:
-            for k in range(C):
-                x = v[k]
-                lim = 2.0 * mj[k] / (1.0 + _exp((x - 1.0) * rj[k])) - (mj[k] - 1.0)
-                x = lim if x > 1.0 else x
-                v[k] = x
-                sj[k] = aj[k] * sj[k] + (1.0 - aj[k]) * x
-        else:
-            for k in range(C):
-                sj[k] = aj[k] * sj[k] + (1.0 - aj[k]) * v[k]
+            if fast:
+                for k in range(C):
+                    t = np.float32((v[k] - 1.0) * r[j, k])
+                    t = t if t > np.float32(-37.5) else np.float32(-37.5)
+                    t32[k] = t if t < np.float32(0.0) else np.float32(0.0)
+                for k in range(C):  # pure float32: 8 SIMD lanes
+                    e = exp32_nonpos_inline(t32[k])
+                    t32[k] = m32[j, k] * (np.float32(1.0) - e) / (np.float32(1.0) + e)
+                for k in range(C):
+                    x = v[k]
+                    lim = 1.0 + np.float64(t32[k])
+                    v[k] = lim if x > 1.0 else x
+            else:
+                for k in range(C):
+                    x = v[k]
+                    lim = 2.0 * m[j, k] / (1.0 + _exp((x - 1.0) * r[j, k])) - (m[j, k] - 1.0)
+                    v[k] = lim if x > 1.0 else x
+        for k in range(C):
+            s[j, k] = a[j, k] * s[j, k] + (1.0 - a[j, k]) * v[k]
     for k in range(C):
         v[k] = (v[k] - c0) * sc
 
@@ -285,22 +279,18 @@ def _drnl_kernel(x, g, lin, nl1, nl2, a, b, c, zl, z1, z2, y):  # pragma: no cov
     for r in prange(N):
         v = np.empty(C, x.dtype)
         u = np.empty(C, x.dtype)
-        L = _split(lin)
-        N1 = _split(nl1)
-        N2 = _split(nl2)
-        ZL = _split2(zl[r])
-        Z1 = _split2(z1[r])
-        Z2 = _split2(z2[r])
+        L = lin
+        N1 = nl1
+        N2 = nl2
+        ZL = zl[r]
+        Z1 = z1[r]
+        Z2 = z2[r]
         xr = x[r]
         yr = y[r]
         for n in range(T):
             _drnl_step(xr[n], g, L, N1, N2, a, b, c, quarter, ZL, Z1, Z2, v, u)
             for k in range(C):
                 yr[k, n] = v[k]
-        for i in range(2):
-            zl[r, i] = ZL[i]
-            z1[r, i] = Z1[i]
-            z2[r, i] = Z2[i]
 
 
 @njit(parallel=True, **_NOPY)
@@ -318,35 +308,11 @@ def _ihc_kernel(x, p, w, y):  # pragma: no cover - compiled
         w[r] = wr
 
 
-@njit(parallel=True, **_NOPY_FMA)
-def _frontend_kernel(
-    x,
-    g,
-    lin,
-    nl1,
-    nl2,
-    a,
-    b,
-    c,
-    zl,
-    z1,
-    z2,
-    p,
-    w,
-    aa,
-    mm,
-    s,
-    minlvl,
-    use_limit,
-    c0,
-    sc,
-    wd,
-    hist,
-    j0,
-    R,
-    round32,
-    y,
-):  # pragma: no cover - compiled
+@njit(**_NOPY_FMA)
+def _frontend_row(
+    r, x, g, lin, nl1, nl2, a, b, c, zl, z1, z2, p, w, aa, mm, rr, s,
+    minlvl, use_limit, c0, sc, wd, hist, j0, R, round32, y,
+):  # pragma: no cover - compiled  # fmt: skip
     # R == 0: y (N, C, T) gets the adaptation output at every sample. R >= 1: the output
     # feeds the FIR decimator instead, y (N, C, M) gets sum_q wd[q] u[n - K + 1 + q] at the
     # samples n = j0 + i R (u: the adaptation output rounded to float32 when round32, as
@@ -354,88 +320,97 @@ def _frontend_kernel(
     # summation order whatever the chunking); hist (N, K - 1, C): the last K - 1 values of
     # u before the chunk, updated in place. A ring of 2 K rows holds every value twice so
     # that the last K values are always K contiguous rows.
-    N, T = x.shape
+    # (a separate function, not the prange body: compiled on its own, every channel loop
+    # vectorises)
+    T = x.shape[1]
     C = g.shape[0]
     K = wd.shape[0]
     quarter = c == 0.25
+    v = np.empty(C, x.dtype)
+    u = np.empty(C, x.dtype)
+    acc = np.empty(C, x.dtype)
+    L = lin
+    N1 = nl1
+    N2 = nl2
+    ZL = zl[r]
+    Z1 = z1[r]
+    Z2 = z2[r]
+    wr = w[r].copy()
+    sr = s[r].copy()
+    xr = x[r]
+    yr = y[r]
+    ring = np.empty((2 * K, C), x.dtype)
+    m32 = mm.astype(np.float32)
+    t32 = np.empty(C, np.float32)
+    if R > 0:
+        for q in range(K - 1):
+            for k in range(C):
+                ring[1 + q, k] = hist[r, q, k]
+                ring[K + 1 + q, k] = hist[r, q, k]
+    pos = 0
+    nxt = j0
+    i = 0
+    for n in range(T):
+        _drnl_step(xr[n], g, L, N1, N2, a, b, c, quarter, ZL, Z1, Z2, v, u)
+        _ihc_step(v, p, wr)
+        _adapt_step(v, aa, mm, rr, sr, minlvl, use_limit, c0, sc, round32, m32, t32)
+        if R == 0:
+            for k in range(C):
+                yr[k, n] = v[k]
+            continue
+        pk = pos + K
+        if round32:
+            for k in range(C):
+                t = np.float64(np.float32(v[k]))
+                ring[pos, k] = t
+                ring[pk, k] = t
+        else:
+            for k in range(C):
+                ring[pos, k] = v[k]
+                ring[pk, k] = v[k]
+        if n == nxt:
+            for k in range(C):
+                acc[k] = 0.0
+            q4 = K - K % 4
+            for q in range(0, q4, 4):
+                # four taps per sweep over the channels, added in tap order
+                w0, w1, w2, w3 = wd[q], wd[q + 1], wd[q + 2], wd[q + 3]
+                i0 = pos + 1 + q
+                for k in range(C):
+                    acc[k] = (
+                        ((acc[k] + w0 * ring[i0, k]) + w1 * ring[i0 + 1, k]) + w2 * ring[i0 + 2, k]
+                    ) + w3 * ring[i0 + 3, k]
+            for q in range(q4, K):
+                wq = wd[q]
+                i0 = pos + 1 + q
+                for k in range(C):
+                    acc[k] += wq * ring[i0, k]
+            for k in range(C):
+                yr[k, i] = acc[k]
+            i += 1
+            nxt += R
+        pos = pos + 1 if pos + 1 < K else 0
+    if R > 0 and T > 0:
+        # after the last sample (written at row pos - 1) the last K - 1 values are the
+        # rows pos + 1 ... pos + K - 1 (pos already advanced)
+        for q in range(K - 1):
+            for k in range(C):
+                hist[r, q, k] = ring[pos + 1 + q, k]
+    w[r] = wr
+    s[r] = sr
+
+
+@njit(parallel=True, **_NOPY_FMA)
+def _frontend_kernel(
+    x, g, lin, nl1, nl2, a, b, c, zl, z1, z2, p, w, aa, mm, s,
+    minlvl, use_limit, c0, sc, wd, hist, j0, R, round32, y,
+):  # pragma: no cover - compiled  # fmt: skip
     rr = -2.0 / mm
-    for r in prange(N):
-        v = np.empty(C, x.dtype)
-        u = np.empty(C, x.dtype)
-        acc = np.empty(C, x.dtype)
-        L = _split(lin)
-        N1 = _split(nl1)
-        N2 = _split(nl2)
-        ZL = _split2(zl[r])
-        Z1 = _split2(z1[r])
-        Z2 = _split2(z2[r])
-        wr = w[r].copy()
-        sr = s[r].copy()
-        xr = x[r]
-        yr = y[r]
-        ring = np.empty((2 * K, C), x.dtype)
-        if R > 0:
-            for q in range(K - 1):
-                for k in range(C):
-                    ring[1 + q, k] = hist[r, q, k]
-                    ring[K + 1 + q, k] = hist[r, q, k]
-        pos = 0
-        nxt = j0
-        i = 0
-        for n in range(T):
-            _drnl_step(xr[n], g, L, N1, N2, a, b, c, quarter, ZL, Z1, Z2, v, u)
-            _ihc_step(v, p, wr)
-            _adapt_step(v, aa, mm, rr, sr, minlvl, use_limit, c0, sc)
-            if R == 0:
-                for k in range(C):
-                    yr[k, n] = v[k]
-                continue
-            ra = ring[pos]
-            rb = ring[pos + K]
-            if round32:
-                for k in range(C):
-                    t = np.float64(np.float32(v[k]))
-                    ra[k] = t
-                    rb[k] = t
-            else:
-                for k in range(C):
-                    ra[k] = v[k]
-                    rb[k] = v[k]
-            if n == nxt:
-                for k in range(C):
-                    acc[k] = 0.0
-                q4 = K - K % 4
-                for q in range(0, q4, 4):
-                    # four taps per sweep over the channels, added in tap order
-                    w0, w1, w2, w3 = wd[q], wd[q + 1], wd[q + 2], wd[q + 3]
-                    r0 = ring[pos + 1 + q]
-                    r1 = ring[pos + 2 + q]
-                    r2 = ring[pos + 3 + q]
-                    r3 = ring[pos + 4 + q]
-                    for k in range(C):
-                        acc[k] = (((acc[k] + w0 * r0[k]) + w1 * r1[k]) + w2 * r2[k]) + w3 * r3[k]
-                for q in range(q4, K):
-                    wq = wd[q]
-                    row = ring[pos + 1 + q]
-                    for k in range(C):
-                        acc[k] += wq * row[k]
-                for k in range(C):
-                    yr[k, i] = acc[k]
-                i += 1
-                nxt += R
-            pos = pos + 1 if pos + 1 < K else 0
-        if R > 0 and T > 0:
-            # after the last sample (written at row pos - 1) the last K - 1 values are the
-            # rows pos + 1 ... pos + K - 1 (pos already advanced)
-            for q in range(K - 1):
-                for k in range(C):
-                    hist[r, q, k] = ring[pos + 1 + q, k]
-        for j in range(2):
-            zl[r, j] = ZL[j]
-            z1[r, j] = Z1[j]
-            z2[r, j] = Z2[j]
-        w[r] = wr
-        s[r] = sr
+    for r in prange(x.shape[0]):
+        _frontend_row(
+            r, x, g, lin, nl1, nl2, a, b, c, zl, z1, z2, p, w, aa, mm, rr, s,
+            minlvl, use_limit, c0, sc, wd, hist, j0, R, round32, y,
+        )  # fmt: skip
 
 
 @njit(parallel=True, **_NOPY)
