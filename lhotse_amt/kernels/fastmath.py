@@ -8,6 +8,10 @@ the loops that use them run in SIMD lanes. Each has an array wrapper for the tes
   limiter, ``precise`` kernels);
 * :func:`exp32_nonpos` - float32 ``exp`` on ``[-37.5, 0]``, < 3e-7 relative;
 * :func:`pow_pos` - float64 ``a ** n`` for positive normal ``a``, < 1e-9 relative.
+
+:func:`prefer_wide_vectors` (called first thing in a kernel) lets LLVM vectorise that
+kernel's loops with 512-bit registers on CPUs with AVX-512 (its default there is 256 bits
+for every function); elsewhere it changes nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ __all__ = [
     "f64_from_bits",
     "pow_pos",
     "pow_pos_inline",
+    "prefer_wide_vectors",
 ]
 
 #: numba options of every inline function here and of the kernels using them: FMA
@@ -41,6 +46,29 @@ _LOG2E_F = np.float32(1.4426950408889634)
 _LN2HI_F = np.float32(0.693359375)
 _LN2LO_F = np.float32(-2.12194440e-4)
 _E = tuple(np.float32(1.0 / f) for f in (1, 1, 2, 6, 24, 120, 720, 5040, 40320))
+
+
+@intrinsic
+def prefer_wide_vectors(typingctx):  # pragma: no cover - compiled
+    """Give the calling kernel the LLVM function attribute ``"prefer-vector-width"="512"``.
+
+    x86 LLVM vectorises with 256-bit registers even where AVX-512 exists (the tuning
+    ``prefer-256-bit``, chosen for code whose wide instructions are rare); the compute-bound
+    channel loops of this package's kernels run ~1.1-1.7 times faster with 512-bit lanes.
+    The attribute is per function, so nothing else in the process (other numba code
+    included) is affected, and it is ignored on CPUs without AVX-512. Semantics are
+    unchanged: only the width of the vector lanes differs (reductions under ``reassoc``
+    may round differently, as between any two vector widths).
+    """
+    sig = types.none()
+
+    def codegen(context, builder, signature, args):
+        # llvmlite only accepts enumerated attribute names; a string attribute is written
+        # verbatim into the function header
+        set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @intrinsic

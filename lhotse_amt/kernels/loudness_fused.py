@@ -36,9 +36,16 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from .fastmath import prefer_wide_vectors
 from .loudness import _exp64, _i32_as_f32
 
-__all__ = ["kept_components", "power_into", "specific_loudness_tail", "windowed_autocorr"]
+__all__ = [
+    "kept_components",
+    "power_into",
+    "specific_loudness_tail",
+    "subtract_pruned",
+    "windowed_autocorr",
+]
 
 _FM = {"reassoc", "contract"}
 
@@ -47,6 +54,7 @@ _FM = {"reassoc", "contract"}
 def _tail(
     upper, lower, anyk, g, a, a_alpha, alpha, thr, mask, k, e_out, n_out
 ):  # pragma: no cover - compiled
+    prefer_wide_vectors()
     # k: constants in the computation dtype: floor, big, C, high-level divisor and exponent, 2
     floor, big, c, hi_div, hi_exp, two = k[0], k[1], k[2], k[3], k[4], k[5]
     zero = k[0] - k[0]
@@ -109,6 +117,7 @@ def _log2_pos32(x):  # pragma: no cover - compiled
 def _tail32(
     upper, lower, anyk, g, a, a_alpha, alpha, thr, mask, k, e_out, n_out
 ):  # pragma: no cover - compiled
+    prefer_wide_vectors()
     # float32 rows; branch-free so that the loop over channels vectorises: x**y is
     # exp(y log2(x) ln 2) in float64 (relative error ~1e-10, well below float32 rounding)
     floor, big, c, hi_div, hi_exp = k[0], k[1], np.float64(k[2]), k[3], np.float64(k[4])
@@ -182,7 +191,7 @@ def _kept(rows, prune, floor, rel, ik, anyk, col_kept, col_pruned):  # pragma: n
     n_rows, n_bins = rows.shape
     for j in range(n_bins):
         col_kept[j] = False
-        col_pruned[j] = False
+        col_pruned[j] = 0
     for r in range(n_rows):
         if prune:
             mx = floor[0]
@@ -201,7 +210,7 @@ def _kept(rows, prune, floor, rel, ik, anyk, col_kept, col_pruned):  # pragma: n
             else:
                 ik[r, j] = 0.0
                 if v != 0.0:
-                    col_pruned[j] = True
+                    col_pruned[j] += 1
         anyk[r] = found
 
 
@@ -217,14 +226,14 @@ def kept_components(
 
     Returns ``(ik, any_kept, col_kept, col_pruned)``: kept intensities ``(N, K)`` (0 where not
     kept), ``(N,)`` bool (row has a kept component), ``(K,)`` bool (component kept in some row)
-    and ``(K,)`` bool (component non-zero but not kept in some row).
+    and ``(K,)`` int64 (number of rows in which the component is non-zero but not kept).
     """
     dt = rows.dtype.type
     rows = np.ascontiguousarray(rows)
     ik = np.empty_like(rows)
     anyk = np.empty(rows.shape[0], dtype=np.bool_)
     col_kept = np.empty(rows.shape[1], dtype=np.bool_)
-    col_pruned = np.empty(rows.shape[1], dtype=np.bool_)
+    col_pruned = np.empty(rows.shape[1], dtype=np.int64)
     if keep_rule[0] not in ("prune", "floor"):
         raise ValueError(f"unknown keep rule {keep_rule[0]!r}")
     _kept(
@@ -238,6 +247,31 @@ def kept_components(
         col_pruned,
     )
     return ik, anyk, col_kept, col_pruned
+
+
+@njit(cache=True, nogil=True, fastmath={"contract"})
+def _subtract_pruned(hi, rows, ik, h0, w):  # pragma: no cover - compiled
+    prefer_wide_vectors()
+    n_rows, n_bins = rows.shape
+    n_cols = hi.shape[1]
+    for r in range(n_rows):
+        for k in range(h0, n_bins):
+            v = rows[r, k]
+            if v != 0.0 and ik[r, k] == 0.0:
+                vv = np.float64(v)
+                kk = k - h0
+                for j in range(n_cols):
+                    hi[r, j] -= vv * w[kk, j]
+
+
+def subtract_pruned(
+    hi: np.ndarray, rows: np.ndarray, ik: np.ndarray, h0: int, w: np.ndarray
+) -> None:
+    """``hi[r] -= sum_k rows[r, h0 + k] w[k]`` over the pruned components (``rows != 0``,
+    ``ik == 0``) of each row ``r``, in place; ``hi (N, W)`` and ``w (K - h0, W)`` float64,
+    ``rows``/``ik`` ``(N, K)``. Sparse: a row costs one ``W``-long update per pruned component
+    (typically about one per frame), not a product with every component pruned in any row."""
+    _subtract_pruned(hi, np.ascontiguousarray(rows), np.ascontiguousarray(ik), int(h0), w)
 
 
 @njit(cache=True, nogil=True)

@@ -45,7 +45,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from .cpu import _threads
-from .fastmath import exp32_nonpos_inline
+from .fastmath import exp32_nonpos_inline, prefer_wide_vectors
 
 __all__ = [
     "drnl",
@@ -322,6 +322,7 @@ def _frontend_row(
     # that the last K values are always K contiguous rows.
     # (a separate function, not the prange body: compiled on its own, every channel loop
     # vectorises)
+    prefer_wide_vectors()
     T = x.shape[1]
     C = g.shape[0]
     K = wd.shape[0]
