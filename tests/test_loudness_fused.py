@@ -90,6 +90,25 @@ def test_binaural_inhibition_equal_ears_shortcut(dtype, tol):
     assert torch.allclose(fast_r, ref_r.detach(), rtol=tol, atol=0)
 
 
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-13), (torch.float32, 1e-6)])
+def test_binaural_inhibition_compiled_matches_torch(dtype, tol):
+    # unequal ears, from balanced to one ear silent (ratios 0 ... 1e13 after the 1e-13 offset)
+    g = torch.Generator().manual_seed(3)
+    s_l = torch.rand(40, 150, generator=g, dtype=dtype)
+    s_r = s_l * torch.logspace(-6, 3, 40, dtype=dtype)[:, None]
+    s_r[:5] = 0.0
+    s_l[-3:, :70] = 0.0
+    m = torch.tensor(L.binaural_smoothing_matrix(150), dtype=dtype)
+    fast_l, fast_r = L.binaural_inhibition(s_l, s_r, m, 1.5978)  # compiled (CPU, no grad)
+    with torch.enable_grad():
+        a, b = s_l.clone().requires_grad_(True), s_r.clone().requires_grad_(True)
+        ref_l, ref_r = L.binaural_inhibition(a, b, m, 1.5978)  # torch expression
+    for fast, ref in ((fast_l, ref_l.detach()), (fast_r, ref_r.detach())):
+        assert fast.dtype == dtype
+        err = (fast - ref).abs() / ref.abs().amax(-1, keepdim=True).clamp_min(1e-30)
+        assert float(err.max()) < tol
+
+
 @pytest.mark.parametrize("variant", ["moore2016", "gm2002"])
 def test_multires_compiled_matches_torch_path(variant):
     from lhotse_amt.kernels.loudness_fused import power_into, windowed_autocorr

@@ -104,7 +104,16 @@ def test_full_scale_helper():
 # ----------------------------------------------------------------------------------------------
 # compiled excitation path (numba lower skirt + autocorrelation trick) vs the torch reference
 # ----------------------------------------------------------------------------------------------
-def test_lower_skirt_kernel_matches_numpy():
+@pytest.mark.parametrize(
+    "slopes",
+    [
+        (1.0, 0.3, "normal"),  # typical levels
+        (0.6, 1.4, "uniform"),  # every frame without the clamp (|v| < 80 everywhere)
+        (2.5, 3.5, "uniform"),  # very low levels: the clamp v >= -80 acts
+        (-0.3, 0.2, "uniform"),  # extreme levels: negative slopes, v > 0
+    ],
+)
+def test_lower_skirt_kernel_matches_numpy(slopes):
     from lhotse_amt.kernels.loudness import lower_skirt_numpy
 
     fc = L.cam_to_hz(np.arange(1.75, 39.01, 0.25))
@@ -113,14 +122,16 @@ def test_lower_skirt_kernel_matches_numpy():
     rng = np.random.default_rng(1)
     inten = rng.random((4, 960)) * 1e5
     inten[:, 3::5] = 0.0  # not kept
-    s = 1.0 + 0.3 * rng.standard_normal((4, 960))
+    a, b, kind = slopes
+    s = a + b * rng.standard_normal((4, 960)) if kind == "normal" else rng.uniform(a, b, (4, 960))
     v = np.maximum(s[:, :, None] * m["lower_h"][None], -80.0)
     below = f[:, None] < fc[None, :]
     ref = (inten[:, :, None] * (1 - v) * np.exp(v) * below).sum(1)
     for dt, tol in ((np.float64, 1e-13), (np.float32, 1e-5)):
         got = lower_skirt_numpy(inten.astype(dt), s, L.roex_p(fc), fc, f, m["n_below"])
         assert got.dtype == dt
-        assert np.abs(got - ref).max() / np.abs(ref).max() < tol
+        scale = np.abs(ref).max(axis=1, keepdims=True)
+        assert (np.abs(got - ref) / scale).max() < tol
 
 
 def _noise(n, ch, level=65.0, seed=0):

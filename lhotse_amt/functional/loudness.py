@@ -580,6 +580,7 @@ class FastExcitation:
         c: float,
         high_level: str,
         chunk: int = 128,
+        excitation_db: float | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Spectrum, excitation and specific loudness, chunked over frames (no gradient).
 
@@ -595,11 +596,14 @@ class FastExcitation:
             z, t0, j_first, n_frames, bases: as for :func:`multires_intensity`; ``z (..., M)``.
             sl: numpy per-channel ``g``, ``a``, ``alpha``, ``e_thrq`` and ``mask`` (0/1).
             c, high_level: as for :func:`specific_loudness`.
+            excitation_db: if given, the excitation is returned as a level ``10 log10(E)``
+                (dB), with this value in frames without kept components.
 
         Returns:
             ``(N', E, any_kept)``: ``(..., F, C)`` specific loudness (sone/Cam, 0 in frames
             without kept components and in masked channels), ``(..., F, C)`` excitation
-            (intensity units, floored at 1e-10) and ``(..., F)`` bool.
+            (intensity units, floored at 1e-10; or dB, see ``excitation_db``) and
+            ``(..., F)`` bool.
         """
         from lhotse_amt.kernels.loudness import lower_skirt_numpy
         from lhotse_amt.kernels.loudness_fused import specific_loudness_tail
@@ -624,7 +628,9 @@ class FastExcitation:
             )
             upper = y[:, N_BINS:].contiguous().numpy()
             e_np, n_np = np.empty_like(upper), np.empty_like(upper)
-            specific_loudness_tail(upper, low, ak.numpy(), sl, c, high_level, e_np, n_np)
+            specific_loudness_tail(
+                upper, low, ak.numpy(), sl, c, high_level, e_np, n_np, excitation_db
+            )
             exc[:, f0 : f0 + nf] = torch.from_numpy(e_np).reshape(n_lead, nf, -1)
             nsp[:, f0 : f0 + nf] = torch.from_numpy(n_np).reshape(n_lead, nf, -1)
             anyk[:, f0 : f0 + nf] = ak.reshape(n_lead, nf)
@@ -802,7 +808,9 @@ def binaural_inhibition(
 
     ``Ŝ = S @ smooth + 1e-13``; ``I_L = 2 / (1 + sech(Ŝ_R / Ŝ_L)^p)`` (and symmetrically);
     returns the inhibited specific loudness ``(S_L / I_L, S_R / I_R)``, shapes ``(..., C)``.
-    Without gradient, equal inputs (diotic sound) skip the smoothing: the ratio is exactly 1.
+    Without gradient, equal inputs (diotic sound) skip the smoothing: the ratio is exactly 1;
+    other CPU inputs take the elementwise part in one compiled pass
+    (:func:`lhotse_amt.kernels.loudness_fused.binaural_inhibition_apply`, same values to ~2 ulp).
     """
     grad = torch.is_grad_enabled() and (
         s_left.requires_grad or s_right.requires_grad or torch.is_tensor(p) and p.requires_grad
@@ -814,6 +822,15 @@ def binaural_inhibition(
         return s_left / inh, s_right / inh
     sl = s_left @ smooth + 1e-13
     sr = s_right @ smooth + 1e-13
+    if not grad and s_left.device.type == "cpu" and not torch.is_tensor(p):
+        from lhotse_amt.kernels.loudness_fused import binaural_inhibition_apply
+
+        lead = s_left.shape[:-1]
+        c = s_left.shape[-1]
+        o_l, o_r = binaural_inhibition_apply(
+            *(t.detach().reshape(-1, c).numpy() for t in (s_left, s_right, sl, sr)), p
+        )
+        return torch.from_numpy(o_l).reshape(*lead, c), torch.from_numpy(o_r).reshape(*lead, c)
     inh_l = 2.0 / (1.0 + torch.exp(p * _log_sech(sr / sl)))
     inh_r = 2.0 / (1.0 + torch.exp(p * _log_sech(sl / sr)))
     return s_left / inh_l, s_right / inh_r

@@ -16,7 +16,7 @@ Semantics (identical to the reference, including the clamp ``u <= 80``)::
 The exponential is evaluated inline, so the loop vectorises: in float64 by Cody–Waite range
 reduction, a degree-12 Taylor polynomial and the exponent set by a bit cast (~2 ulp); in
 float32 as ``2^y`` with ``y = v log2(e)`` (``log2(e)`` folded into ``p`` and ``q``), ``y = t + r``
-with ``t = rint(y)``, ``2^r`` by a degree-6 polynomial fitted for relative error on
+with ``t`` the nearest integer, ``2^r`` by a degree-6 polynomial fitted for relative error on
 ``|r| <= 1/2`` (1.9e-9 in exact arithmetic, ~1 ulp evaluated in float32) and ``2^t`` from the
 exponent bits, ``1 - v = 1 - y ln 2``. The sum over ``k`` is vectorised too (numba
 ``fastmath={"reassoc", "contract"}``: re-associated additions and fused multiply-adds, no
@@ -51,6 +51,16 @@ def _i64_as_f64(typingctx, x):  # pragma: no cover - compiled
 
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.DoubleType())
+
+    return sig, codegen
+
+
+@intrinsic
+def _f32_as_i32(typingctx, x):  # pragma: no cover - compiled
+    sig = types.int32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
 
     return sig, codegen
 
@@ -140,29 +150,64 @@ _YMIN_32 = _F32(-80.0 * _LOG2E)  # the clamp v >= -80 in units of y = v log2(e)
 _PAD = 32  # float32 sums run over whole multiples of this many components
 
 
+_MAGIC_32 = _F32(12582912.0 + 127.0)  # 1.5 * 2^23 + exponent bias
+
+
+@njit(inline="always", fastmath=_FM)
+def _skirt_term32(y, i, il):  # pragma: no cover - compiled
+    # I (1 - v) exp(v) with y = v log2(e) = t + r: adding 1.5 * 2^23 + 127 rounds y to the
+    # integer t in the low mantissa bits (ties to even), so t + 127 shifted into the exponent
+    # field is 2^t; 2^r by the degree-6 polynomial; I (1 - v) = I - (I ln 2) y
+    tt = y + _MAGIC_32
+    r = y - (tt - _MAGIC_32)
+    e = _Q6
+    e = e * r + _Q5
+    e = e * r + _Q4
+    e = e * r + _Q3
+    e = e * r + _Q2
+    e = e * r + _Q1
+    e = e * r + _Q0
+    e = e * _i32_as_f32(_f32_as_i32(tt) << np.int32(23))
+    return e * (i - il * y)
+
+
 @njit(cache=True, fastmath=_FM, error_model="numpy")
 def _lower32(inten, s, p2, q2, f, kc, out):  # pragma: no cover - compiled
     # p2, q2: p and q times log2(e), so y = s (q2 f - p2) = v log2(e). Kept components are
-    # compacted to ig/sg/fg[PAD + m]; the leading PAD entries stay zero-intensity padding
+    # compacted to ig/il/sg/fg[PAD + m]; the leading PAD entries stay zero-intensity padding
     # (I = 0, s = 1, f = 0: a finite term times zero) so that each channel's sum can start
-    # PAD-aligned before its end. Unsigned indices: no wraparound checks, the loop vectorises
+    # PAD-aligned before its end. Unsigned indices: no wraparound checks, the loop vectorises.
+    # The clamp y >= -80 log2(e) is skipped in frames where it cannot act (0 <= s and
+    # s max(p2) < 80 log2(e), as y >= -s p2 for the components below a channel's centre)
     prefer_wide_vectors()
     n_frames, n_bins = inten.shape
     n_ch = p2.shape[0]
     pad = np.uint64(_PAD)
+    p2max = _ZERO_32
+    for c in range(n_ch):
+        p2max = max(p2max, p2[c])
     ig = np.zeros(n_bins + _PAD, np.float32)
+    il = np.zeros(n_bins + _PAD, np.float32)
     sg = np.ones(n_bins + _PAD, np.float32)
     fg = np.zeros(n_bins + _PAD, np.float32)
     kg = np.empty(n_bins, np.int64)
     for fr in range(n_frames):
         n = 0
+        smin = _ONE_32
+        smax = _ZERO_32
         for k in range(n_bins):
-            if inten[fr, k] > _ZERO_32:
-                ig[_PAD + n] = inten[fr, k]
-                sg[_PAD + n] = s[fr, k]
+            v = inten[fr, k]
+            if v > _ZERO_32:
+                sk = s[fr, k]
+                ig[_PAD + n] = v
+                il[_PAD + n] = v * _LN2_32
+                sg[_PAD + n] = sk
                 fg[_PAD + n] = f[k]
                 kg[n] = k
                 n += 1
+                smin = min(smin, sk)
+                smax = max(smax, sk)
+        clamp = not (smin >= _ZERO_32 and smax * p2max < -_YMIN_32)
         j = 0
         for c in range(n_ch):
             while j < n and kg[j] < kc[c]:
@@ -172,20 +217,15 @@ def _lower32(inten, s, p2, q2, f, kc, out):  # pragma: no cover - compiled
             acc = _ZERO_32
             total = np.uint64(j + (-j) % _PAD)  # terms summed, a multiple of PAD
             m0 = pad + np.uint64(j) - total
-            for i in range(total):
-                m = m0 + np.uint64(i)
-                y = max(sg[m] * (qc * fg[m] - pc), _YMIN_32)
-                t = np.rint(y)
-                r = y - t
-                e = _Q6
-                e = e * r + _Q5
-                e = e * r + _Q4
-                e = e * r + _Q3
-                e = e * r + _Q2
-                e = e * r + _Q1
-                e = e * r + _Q0
-                e = e * _i32_as_f32((np.int32(t) + np.int32(127)) << np.int32(23))
-                acc += ig[m] * ((_ONE_32 - _LN2_32 * y) * e)
+            if clamp:
+                for i in range(total):
+                    m = m0 + np.uint64(i)
+                    y = max(sg[m] * (qc * fg[m] - pc), _YMIN_32)
+                    acc += _skirt_term32(y, ig[m], il[m])
+            else:
+                for i in range(total):
+                    m = m0 + np.uint64(i)
+                    acc += _skirt_term32(sg[m] * (qc * fg[m] - pc), ig[m], il[m])
             out[fr, c] = acc
 
 

@@ -32,14 +32,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
 from .fastmath import prefer_wide_vectors
-from .loudness import _exp64, _i32_as_f32
+from .loudness import _exp64, _f32_as_i32, _i32_as_f32
 
 __all__ = [
+    "binaural_inhibition_apply",
     "kept_components",
     "power_into",
     "specific_loudness_tail",
@@ -52,7 +51,7 @@ _FM = {"reassoc", "contract"}
 
 @njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
 def _tail(
-    upper, lower, anyk, g, a, a_alpha, alpha, thr, mask, k, e_out, n_out
+    upper, lower, anyk, g, a, a_alpha, alpha, thr, mask, k, db, empty_db, e_out, n_out
 ):  # pragma: no cover - compiled
     prefer_wide_vectors()
     # k: constants in the computation dtype: floor, big, C, high-level divisor and exponent, 2
@@ -63,7 +62,10 @@ def _tail(
         kept = anyk[r]
         for ch in range(n_ch):
             e = max(upper[r, ch] + lower[r, ch], floor)
-            e_out[r, ch] = e
+            if db:
+                e_out[r, ch] = 10.0 * math.log10(e) if kept else empty_db
+            else:
+                e_out[r, ch] = e
             if not kept or mask[ch] == zero:
                 n_out[r, ch] = zero
                 continue
@@ -77,20 +79,11 @@ def _tail(
             n_out[r, ch] = val * mask[ch]
 
 
-@intrinsic
-def _f32_as_i32(typingctx, x):  # pragma: no cover - compiled
-    sig = types.int32(types.float32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-
-    return sig, codegen
-
-
 _LN2 = 0.6931471805599453
 # log2(m) = (2 / ln 2) atanh(t), t = (m - 1) / (m + 1), |t| <= 0.1716 for m in [0.707, 1.414]:
 # series to t**11, truncation error < 3e-11
 _L1, _L3, _L5, _L7, _L9, _L11 = (2.0 / (k * _LN2) for k in (1, 3, 5, 7, 9, 11))
+_DB_LOG2 = 10.0 * math.log10(2.0)  # 10 log10(x) = _DB_LOG2 * log2(x)
 
 
 @njit(cache=True, fastmath=_FM, inline="always", error_model="numpy")
@@ -115,18 +108,22 @@ def _log2_pos32(x):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
 def _tail32(
-    upper, lower, anyk, g, a, a_alpha, alpha, thr, mask, k, e_out, n_out
+    upper, lower, anyk, g, a, a_alpha, alpha, thr, mask, k, db, empty_db, e_out, n_out
 ):  # pragma: no cover - compiled
     prefer_wide_vectors()
     # float32 rows; branch-free so that the loop over channels vectorises: x**y is
-    # exp(y log2(x) ln 2) in float64 (relative error ~1e-10, well below float32 rounding)
+    # exp(y log2(x) ln 2) and 10 log10(E) is 10 log10(2) log2(E), in float64 (relative error
+    # ~1e-10, well below float32 rounding)
     floor, big, c, hi_div, hi_exp = k[0], k[1], np.float64(k[2]), k[3], np.float64(k[4])
     n_rows, n_ch = upper.shape
     for r in range(n_rows):
         kept = 1.0 if anyk[r] else 0.0
         for ch in range(n_ch):
             e = max(upper[r, ch] + lower[r, ch], floor)
-            e_out[r, ch] = e
+            if db:
+                e_out[r, ch] = np.float32(_DB_LOG2 * _log2_pos32(e)) if anyk[r] else empty_db
+            else:
+                e_out[r, ch] = e
             x = g[ch] * e + a[ch]
             core = _exp64(np.float64(alpha[ch]) * _log2_pos32(x) * _LN2) - np.float64(a_alpha[ch])
             ed = np.float64(e)
@@ -148,6 +145,7 @@ def specific_loudness_tail(
     high_level: str,
     e_out: np.ndarray,
     n_out: np.ndarray,
+    empty_db: float | None = None,
 ) -> None:
     """``E = max(upper + lower, 1e-10)`` and specific loudness ``N'`` into ``e_out``/``n_out``.
 
@@ -161,6 +159,8 @@ def specific_loudness_tail(
         high_level: ``"moore2016"`` (``C (E / 1.0707)^0.2`` above 1e10) or ``"mgb1997"``
             (``C (E / 1.04e6)^0.5``).
         e_out, n_out: ``(N, C)`` outputs (dtype of ``upper``).
+        empty_db: if given, ``e_out`` receives the excitation level ``10 log10(E)`` (dB) instead
+            of ``E``, and ``empty_db`` in rows without a kept component.
     """
     if high_level == "moore2016":
         hi_div, hi_exp = 1.0707, 0.2
@@ -181,16 +181,21 @@ def specific_loudness_tail(
         sl["e_thrq"],
         sl["mask"],
         k,
+        empty_db is not None,
+        upper.dtype.type(0.0 if empty_db is None else empty_db),
         e_out,
         n_out,
     )
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _kept(rows, prune, floor, rel, ik, anyk, col_kept, col_pruned):  # pragma: no cover - compiled
+    # branch-free inner loops (vectorised): kept = v > thr; pruned = v != 0 and not kept
+    prefer_wide_vectors()
     n_rows, n_bins = rows.shape
+    zero = rows.dtype.type(0.0)
+    kept_n = np.zeros(n_bins, np.int64)
     for j in range(n_bins):
-        col_kept[j] = False
         col_pruned[j] = 0
     for r in range(n_rows):
         if prune:
@@ -200,18 +205,17 @@ def _kept(rows, prune, floor, rel, ik, anyk, col_kept, col_pruned):  # pragma: n
             thr = mx * rel[0]
         else:
             thr = floor[0]
-        found = False
+        found = 0
         for j in range(n_bins):
             v = rows[r, j]
-            if v > thr:
-                ik[r, j] = v
-                found = True
-                col_kept[j] = True
-            else:
-                ik[r, j] = 0.0
-                if v != 0.0:
-                    col_pruned[j] += 1
-        anyk[r] = found
+            k = v > thr
+            ik[r, j] = v if k else zero
+            found += k
+            kept_n[j] += k
+            col_pruned[j] += (v != zero) & (not k)
+        anyk[r] = found > 0
+    for j in range(n_bins):
+        col_kept[j] = kept_n[j] > 0
 
 
 def kept_components(
@@ -317,3 +321,75 @@ def windowed_autocorr(
     out = np.empty((zp.shape[0], n_frames, window.shape[0]), dtype=np.float64)
     _autocorr(np.ascontiguousarray(zp), start, hop, n_frames, window.astype(np.float64), out)
     return out
+
+
+# atanh(t) = t sum_k t^(2k) / (2k + 1); |t| <= 3 - 2 sqrt(2) = 0.1716 below, so terms to t^20
+# leave a truncation error < 1e-18 relative
+_ATANH = tuple(1.0 / (2 * k + 1) for k in range(11))
+
+
+@njit(inline="always", fastmath=_FM)
+def _log1p_unit(u):  # pragma: no cover - compiled
+    # log(1 + u) for 0 <= u <= 1 without forming 1 + u (no cancellation for small u):
+    # 1 + u = 2^e m with m in [1/sqrt2, sqrt2], t = (m - 1) / (m + 1), log = e ln2 + 2 atanh t
+    hi = u > 0.41421356237309503
+    t = (u - 1.0) / (u + 3.0) if hi else u / (2.0 + u)
+    t2 = t * t
+    q = _ATANH[10]
+    q = q * t2 + _ATANH[9]
+    q = q * t2 + _ATANH[8]
+    q = q * t2 + _ATANH[7]
+    q = q * t2 + _ATANH[6]
+    q = q * t2 + _ATANH[5]
+    q = q * t2 + _ATANH[4]
+    q = q * t2 + _ATANH[3]
+    q = q * t2 + _ATANH[2]
+    q = q * t2 + _ATANH[1]
+    q = q * t2 + _ATANH[0]
+    return (_LN2 if hi else 0.0) + 2.0 * t * q
+
+
+@njit(inline="always", fastmath=_FM)
+def _inhibition(x, p):  # pragma: no cover - compiled
+    # 2 / (1 + sech(x)^p) for x >= 0: log sech x = ln2 - x - log1p(exp(-2x)); exponents
+    # below -700 (sech^p < 1e-304) are clamped, which leaves the result at 2 in float64
+    lsx = _LN2 - x - _log1p_unit(_exp64(max(-2.0 * x, -700.0)))
+    return 2.0 / (1.0 + _exp64(max(p * lsx, -700.0)))
+
+
+@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
+def _binaural(s_l, s_r, h_l, h_r, p, o_l, o_r):  # pragma: no cover - compiled
+    prefer_wide_vectors()
+    n_rows, n_ch = s_l.shape
+    for r in range(n_rows):
+        for k in range(n_ch):
+            a = np.float64(h_l[r, k])
+            b = np.float64(h_r[r, k])
+            o_l[r, k] = np.float64(s_l[r, k]) / _inhibition(b / a, p)
+            o_r[r, k] = np.float64(s_r[r, k]) / _inhibition(a / b, p)
+
+
+def binaural_inhibition_apply(
+    s_left: np.ndarray,
+    s_right: np.ndarray,
+    smooth_left: np.ndarray,
+    smooth_right: np.ndarray,
+    p: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(S_L / I_L, S_R / I_R)`` with ``I_L = 2 / (1 + sech(Ŝ_R / Ŝ_L)^p)`` (and symmetrically)
+    elementwise for ``(N, C)`` arrays of one dtype: the specific loudness ``S`` and its smoothed
+    version ``Ŝ`` (> 0) of :func:`lhotse_amt.functional.loudness.binaural_inhibition`.
+    Evaluated in float64 with inline ``exp`` (~2 ulp) and ``log1p`` (atanh series, ~1 ulp), in
+    one vectorised pass (the torch expression makes about ten passes over the arrays)."""
+    o_l = np.empty_like(s_left)
+    o_r = np.empty_like(s_right)
+    _binaural(
+        np.ascontiguousarray(s_left),
+        np.ascontiguousarray(s_right),
+        np.ascontiguousarray(smooth_left),
+        np.ascontiguousarray(smooth_right),
+        float(p),
+        o_l,
+        o_r,
+    )
+    return o_l, o_r

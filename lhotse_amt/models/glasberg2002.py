@@ -259,7 +259,9 @@ class Glasberg2002(nn.Module):
                 self._fast = L.FastExcitation(
                     self.erb_fc_hz, variant[self.lower_slope_level], "gm2002", self.dtype
                 )
-            nsp, e, anyk = self._fast.specific_loudness_frames(
+            # frames without kept components: E = 0, i.e. -300 dB after the 1e-30 floor of
+            # the torch path (there E >= 1e-10); "erb_excitation" holds the same values
+            nsp, exc_db, _ = self._fast.specific_loudness_frames(
                 z,
                 -half,
                 self.first_frame,
@@ -269,14 +271,9 @@ class Glasberg2002(nn.Module):
                 self._sl_numpy(),
                 float(self.c),
                 self.high_level,
+                excitation_db=-300.0,
             )
-            anyk = anyk[..., None]
-            # e >= 1e-10 here; frames without kept components: E = 0, i.e. -300 dB after the
-            # 1e-30 floor of the "excitation" output (the same values as "erb_excitation")
-            exc_db = torch.where(anyk, 10.0 * torch.log10(e), torch.full_like(e, -300.0))
-            e = torch.where(anyk, e, torch.zeros_like(e))
             spec.append(nsp)
-            exc.append(e)
             lev.append(exc_db)
             f_chunks = range(0)
         else:
@@ -318,9 +315,9 @@ class Glasberg2002(nn.Module):
             exc.append(e)
             lev.append(x_db)
         nsp = spec[0] if len(spec) == 1 else torch.cat(spec, dim=-2)
-        e = exc[0] if len(exc) == 1 else torch.cat(exc, dim=-2)
         lev_db = lev[0] if len(lev) == 1 else torch.cat(lev, dim=-2)
         if exc_db is None:
+            e = exc[0] if len(exc) == 1 else torch.cat(exc, dim=-2)
             exc_db = 10.0 * torch.log10(e.clamp_min(1e-30))
         else:
             exc_db = exc_db.clone()

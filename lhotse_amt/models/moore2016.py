@@ -254,7 +254,8 @@ class Moore2016(nn.Module):
         return {"g": self.sl_g, "a": self.sl_a, "alpha": self.sl_alpha, "e_thrq": self.sl_e_thrq}
 
     def _instantaneous(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Instantaneous specific loudness ``(B, 2, F, C)`` and excitation ``(B, 2, F, C)``."""
+        """Instantaneous specific loudness ``(B, 2, F, C)`` and excitation level ``(B, 2, F, C)``
+        (dB, ``10 log10(E)``)."""
         n = x.shape[-1]
         f_total = self.n_frames(n)
         half = (self.ear_fir.shape[0] - 1) // 2
@@ -270,8 +271,18 @@ class Moore2016(nn.Module):
             # ears, so they are computed once (exact)
             diotic = bool(torch.equal(x[:, 0], x[:, 1]))
             z = L.fir_filter_full(x[:, :1] if diotic else x, self.ear_fir)
+            # frames without kept components: E = 1e-10, i.e. -100 dB (as in the torch path)
             nsp, e, _ = self._fast.specific_loudness_frames(
-                z, -half, 0, f_total, bases, keep_rule, self._sl_numpy(), float(self.c), "moore2016"
+                z,
+                -half,
+                0,
+                f_total,
+                bases,
+                keep_rule,
+                self._sl_numpy(),
+                float(self.c),
+                "moore2016",
+                excitation_db=-100.0,
             )
             if diotic:
                 nsp, e = nsp.repeat(1, 2, 1, 1), e.repeat(1, 2, 1, 1)
@@ -308,7 +319,7 @@ class Moore2016(nn.Module):
             nsp = nsp * self.channel_mask * anyk[..., None].to(nsp.dtype)
             spec.append(nsp)
             exc.append(e)
-        return torch.cat(spec, dim=-2), torch.cat(exc, dim=-2)
+        return torch.cat(spec, dim=-2), 10.0 * torch.log10(torch.cat(exc, dim=-2))
 
     def instantaneous_specific_loudness(self, x: Tensor) -> Tensor:
         """Instantaneous specific loudness ``(B, 2, F, C)`` (sone/Cam) of ``(B, 2, T)`` pressure
@@ -351,8 +362,8 @@ class Moore2016(nn.Module):
             "ltl_right": ltl_r,
             "inst_left": inst[:, 0].sum(-1) / 4.0,
             "inst_right": inst[:, 1].sum(-1) / 4.0,
-            "excitation_left": 10.0 * torch.log10(exc[:, 0]),
-            "excitation_right": 10.0 * torch.log10(exc[:, 1]),
+            "excitation_left": exc[:, 0],
+            "excitation_right": exc[:, 1],
             "inst_spec_loud_left": inst[:, 0],
             "inst_spec_loud_right": inst[:, 1],
             "stl_spec_loud_left": stl_spec[:, 0],
