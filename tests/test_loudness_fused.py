@@ -37,6 +37,15 @@ def test_specific_loudness_tail_matches_torch(high_level, dtype, tol):
     # atol: N' of excitations far below threshold is a difference of nearly equal powers
     assert np.allclose(n_out, n_ref.numpy(), rtol=tol, atol=1e-9 * float(n_ref.abs().max()))
     assert np.all(n_out[2] == 0) and np.all(n_out[:, :3] == 0)
+    # far below threshold N' is tiny but never negative (the reference's powers are monotone)
+    assert np.all(n_out >= 0)
+    # the level output (dB) instead of E: 10 log10(E), and the given value in empty rows
+    e_db, n_db = np.empty_like(up), np.empty_like(up)
+    specific_loudness_tail(up, lo, anyk, sl_np, 0.0631, high_level, e_db, n_db, -300.0)
+    assert np.array_equal(n_db, n_out)
+    db_ref = 10.0 * torch.log10(e_ref)
+    assert np.allclose(e_db[anyk], db_ref[torch.tensor(anyk)].numpy(), rtol=0, atol=1e-4)
+    assert np.all(e_db[~anyk] == -300.0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -18,8 +18,14 @@ frames so that every temporary stays in cache, and by
   times a per-channel mask and zero in frames without any kept component. In float32 the
   powers are ``exp(y log2(x) ln 2)`` evaluated in float64 with inline, vectorisable
   ``log2`` (atanh series, < 3e-11 absolute) and ``exp`` (:mod:`lhotse_amt.kernels.loudness`,
-  ~2 ulp), i.e. more accurate than the float32 ``pow`` of the torch path; in float64 libm
-  ``pow``.
+  ~2 ulp), i.e. more accurate than the float32 ``pow`` of the torch path, with ``a ** alpha``
+  by the same expression so that excitations far below threshold give exactly 0 (never a
+  negative rounding residue); in float64 libm ``pow``. Optionally the excitation is written
+  as a level in dB.
+* :func:`binaural_inhibition_apply` -- the elementwise part of the binaural inhibition of
+  Moore et al. (2016) in one pass.
+* :func:`subtract_pruned` -- sparse removal of pruned components from the
+  autocorrelation-based level/upper-skirt product.
 
 The lower skirt itself is :func:`lhotse_amt.kernels.loudness.lower_skirt_numpy`.
 
@@ -62,10 +68,7 @@ def _tail(
         kept = anyk[r]
         for ch in range(n_ch):
             e = max(upper[r, ch] + lower[r, ch], floor)
-            if db:
-                e_out[r, ch] = 10.0 * math.log10(e) if kept else empty_db
-            else:
-                e_out[r, ch] = e
+            e_out[r, ch] = e
             if not kept or mask[ch] == zero:
                 n_out[r, ch] = zero
                 continue
@@ -77,6 +80,9 @@ def _tail(
                     t = two * e / (e + thr[ch])
                     val *= t * math.sqrt(t)
             n_out[r, ch] = val * mask[ch]
+        if db:
+            for ch in range(n_ch):
+                e_out[r, ch] = 10.0 * math.log10(e_out[r, ch]) if kept else empty_db
 
 
 _LN2 = 0.6931471805599453
@@ -116,16 +122,18 @@ def _tail32(
     # ~1e-10, well below float32 rounding)
     floor, big, c, hi_div, hi_exp = k[0], k[1], np.float64(k[2]), k[3], np.float64(k[4])
     n_rows, n_ch = upper.shape
+    # a**alpha by the same expression as x**alpha, so that x == a (E far below threshold,
+    # g E + a rounding to a) gives exactly 0, not the float32 rounding of a**alpha
+    a_alpha_same = np.empty(n_ch, np.float64)
+    for ch in range(n_ch):
+        a_alpha_same[ch] = _exp64(np.float64(alpha[ch]) * _log2_pos32(a[ch]) * _LN2)
     for r in range(n_rows):
         kept = 1.0 if anyk[r] else 0.0
         for ch in range(n_ch):
             e = max(upper[r, ch] + lower[r, ch], floor)
-            if db:
-                e_out[r, ch] = np.float32(_DB_LOG2 * _log2_pos32(e)) if anyk[r] else empty_db
-            else:
-                e_out[r, ch] = e
+            e_out[r, ch] = e
             x = g[ch] * e + a[ch]
-            core = _exp64(np.float64(alpha[ch]) * _log2_pos32(x) * _LN2) - np.float64(a_alpha[ch])
+            core = _exp64(np.float64(alpha[ch]) * _log2_pos32(x) * _LN2) - a_alpha_same[ch]
             ed = np.float64(e)
             td = np.float64(thr[ch])
             t = 2.0 * ed / (ed + td)
@@ -134,6 +142,13 @@ def _tail32(
             n_hi = c * _exp64(hi_exp * _log2_pos32(xh) * _LN2)
             val = (n_hi if e > big else c * core) if e > thr[ch] else n_lo
             n_out[r, ch] = np.float32(val * (np.float64(mask[ch]) * kept))
+        # level in dB in a separate pass (a branch in the loop above stops its vectorisation)
+        if db and anyk[r]:
+            for ch in range(n_ch):
+                e_out[r, ch] = np.float32(_DB_LOG2 * _log2_pos32(e_out[r, ch]))
+        elif db:
+            for ch in range(n_ch):
+                e_out[r, ch] = empty_db
 
 
 def specific_loudness_tail(
