@@ -627,12 +627,16 @@ class FastExcitation:
                 ik_np, self.slope(y).numpy(), self.p, self.fc, self.f, self.n_below
             )
             upper = y[:, N_BINS:].contiguous().numpy()
-            e_np, n_np = np.empty_like(upper), np.empty_like(upper)
+            if n_lead == 1:  # the chunk's rows are contiguous rows of the outputs
+                e_np, n_np = exc[0, f0 : f0 + nf].numpy(), nsp[0, f0 : f0 + nf].numpy()
+            else:
+                e_np, n_np = np.empty_like(upper), np.empty_like(upper)
             specific_loudness_tail(
                 upper, low, ak.numpy(), sl, c, high_level, e_np, n_np, excitation_db
             )
-            exc[:, f0 : f0 + nf] = torch.from_numpy(e_np).reshape(n_lead, nf, -1)
-            nsp[:, f0 : f0 + nf] = torch.from_numpy(n_np).reshape(n_lead, nf, -1)
+            if n_lead > 1:
+                exc[:, f0 : f0 + nf] = torch.from_numpy(e_np).reshape(n_lead, nf, -1)
+                nsp[:, f0 : f0 + nf] = torch.from_numpy(n_np).reshape(n_lead, nf, -1)
             anyk[:, f0 : f0 + nf] = ak.reshape(n_lead, nf)
         shape = (*lead, n_frames)
         return (
