@@ -11,7 +11,8 @@ the loops that use them run in SIMD lanes. Each has an array wrapper for the tes
 
 :func:`prefer_wide_vectors` (called first thing in a kernel) lets LLVM vectorise that
 kernel's loops with 512-bit registers on CPUs with AVX-512 (its default there is 256 bits
-for every function); elsewhere it changes nothing.
+for every function); elsewhere it changes nothing. :func:`assume_distinct_arrays` lets LLVM
+vectorise loops over many arrays without run-time overlap checks.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "f64_from_bits",
     "pow_pos",
     "pow_pos_inline",
+    "assume_distinct_arrays",
     "prefer_wide_vectors",
 ]
 
@@ -66,6 +68,32 @@ def prefer_wide_vectors(typingctx):  # pragma: no cover - compiled
         # llvmlite only accepts enumerated attribute names; a string attribute is written
         # verbatim into the function header
         set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def assume_distinct_arrays(typingctx):  # pragma: no cover - compiled
+    """Mark the data pointers of the calling kernel's array arguments ``noalias``.
+
+    LLVM vectorises a loop that writes one array and reads others only after proving (or
+    checking at run time) that they do not overlap; a channel loop touching a dozen state
+    and coefficient arrays needs more run-time checks than it allows, so it stays scalar.
+    This tells LLVM that memory reached through one array argument is never reached
+    through another, which holds when every array passed to the kernel is its own
+    allocation (read-only arguments may share memory). The kernel's wrapper must
+    guarantee it. Reference-count pointers (``i8*``) are left alone.
+    """
+    sig = types.none()
+
+    def codegen(context, builder, signature, args):
+        for a in builder.function.args[2:]:  # after the return and exception pointers
+            t = a.type
+            if isinstance(t, ir.PointerType) and not (
+                isinstance(t.pointee, ir.IntType) and t.pointee.width == 8
+            ):
+                a.add_attribute("noalias")
         return context.get_dummy_value()
 
     return sig, codegen

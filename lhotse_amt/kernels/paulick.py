@@ -87,7 +87,8 @@ def _state_cm(z: torch.Tensor | None, N: int, C: int, S: int, dt: np.dtype) -> n
     zz = _np(z.expand(*z.shape[:-3], C, S, 2).reshape(-1, C, S, 2), dt)
     if zz.shape[0] != N:
         zz = np.broadcast_to(zz, (N, C, S, 2))
-    return np.ascontiguousarray(zz.transpose(0, 3, 2, 1))
+    # always a fresh array: the kernels update it in place (never the caller's state)
+    return np.array(zz.transpose(0, 3, 2, 1), order="C", copy=True)
 
 
 def _state_back(z: np.ndarray, lead: tuple[int, ...]) -> torch.Tensor:
@@ -648,8 +649,11 @@ def frontend(
     w = _np(ihc_state.expand(*lead, C).reshape(N, C), dt).copy()
     aa = np.ascontiguousarray(_np(adapt_a.expand(C, J), dt).T)
     mm = np.ascontiguousarray(_np(adapt_m.expand(C, J), dt).T)
-    s = np.ascontiguousarray(
-        _np(adapt_state.expand(*lead, C, J).reshape(N, C, J), dt).transpose(0, 2, 1)
+    # fresh arrays: the kernel updates its states in place, never the caller's
+    s = np.array(
+        _np(adapt_state.expand(*lead, C, J).reshape(N, C, J), dt).transpose(0, 2, 1),
+        order="C",
+        copy=True,
     )
     R = int(dec_factor) if dec_weight is not None else 0
     if R > 0:
@@ -662,7 +666,7 @@ def frontend(
             hist = np.zeros((N, K - 1, C), dt)
         else:
             h = _np(h.to(x.dtype).reshape(N, C, K - 1), dt)
-            hist = np.ascontiguousarray(h.transpose(0, 2, 1))
+            hist = np.array(h.transpose(0, 2, 1), order="C", copy=True)
         j0 = (-t0) % R
         M = max(0, -(-(T - j0) // R))
     else:
