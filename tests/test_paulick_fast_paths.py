@@ -61,8 +61,15 @@ def test_streaming_leaves_the_passed_state_untouched(n_channels):
     with torch.inference_mode():
         _, s = m.stream(x[:, :1500], None, "resampled")
         before = {k: v.clone() for k, v in s.items() if isinstance(v, torch.Tensor)}
-        before.update({f"{k}.{j}": t.clone() for k, v in s.items() if isinstance(v, dict)
-                       for j, t in v.items() if isinstance(t, torch.Tensor)})
+        before.update(
+            {
+                f"{k}.{j}": t.clone()
+                for k, v in s.items()
+                if isinstance(v, dict)
+                for j, t in v.items()
+                if isinstance(t, torch.Tensor)
+            }
+        )
         o1, _ = m.stream(x[:, 1500:], s, "resampled")
         o2, _ = m.stream(x[:, 1500:], s, "resampled")
     assert torch.equal(o1["resampled"], o2["resampled"])

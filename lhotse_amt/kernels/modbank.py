@@ -34,9 +34,9 @@ def _bands_row(bc, C, ub, pr, pi, gr, gi, ab, kb, sr, si, ur, ui, tmp, y):  # pr
     # the band-pass resonators of row bc = (b, c) on its low-pass input ub (T,): all bands
     # of a sample in one loop iteration (vectorised over the bands, padded to MP with
     # zero-gain bands; with 8 bands the loop bound MP & 15 tells LLVM the loop is short,
-    # so it is not interleaved and the 8 bands fill one 512-bit vector), time in blocks of _BT samples
-    # written to tmp (BT, MP) and then into y (B, C, M1 + 1, T). Per band the arithmetic of
-    # the band-by-band recursion (results identical). kb (C, MP): band scales
+    # so it is not interleaved and the 8 bands fill one 512-bit vector), time in blocks of
+    # _BT samples written to tmp (BT, MP) and then into y (B, C, M1 + 1, T). Per band the
+    # arithmetic of the band-by-band recursion (results identical). kb (C, MP): band scales
     prefer_wide_vectors()
     assume_distinct_arrays()
     b = bc // C
