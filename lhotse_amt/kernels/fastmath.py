@@ -28,6 +28,7 @@ __all__ = [
     "exp_nonpos_inline",
     "exp32_nonpos",
     "exp32_nonpos_inline",
+    "f32_bits",
     "f32_from_bits",
     "f64_bits",
     "f64_from_bits",
@@ -95,6 +96,16 @@ def assume_distinct_arrays(typingctx):  # pragma: no cover - compiled
             ):
                 a.add_attribute("noalias")
         return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def f32_bits(typingctx, x):  # pragma: no cover - compiled
+    sig = types.int32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
 
     return sig, codegen
 

@@ -34,45 +34,13 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
-from .fastmath import prefer_wide_vectors
+from .fastmath import f32_bits, f32_from_bits, f64_from_bits, prefer_wide_vectors
 
 __all__ = ["lower_skirt", "lower_skirt_numpy"]
 
 _FM = {"reassoc", "contract"}
-
-
-@intrinsic
-def _i64_as_f64(typingctx, x):  # pragma: no cover - compiled
-    sig = types.float64(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-
-    return sig, codegen
-
-
-@intrinsic
-def _f32_as_i32(typingctx, x):  # pragma: no cover - compiled
-    sig = types.int32(types.float32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-
-    return sig, codegen
-
-
-@intrinsic
-def _i32_as_f32(typingctx, x):  # pragma: no cover - compiled
-    sig = types.float32(types.int32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.FloatType())
-
-    return sig, codegen
 
 
 _LOG2E = 1.4426950408889634
@@ -101,7 +69,7 @@ def _exp64(v):  # pragma: no cover - compiled
     p = p * r + 0.5
     p = p * r + 1.0
     p = p * r + 1.0
-    return p * _i64_as_f64((np.int64(t) + 1023) << 52)
+    return p * f64_from_bits((np.int64(t) + 1023) << 52)
 
 
 @njit(cache=True, fastmath=_FM)
@@ -167,7 +135,7 @@ def _skirt_term32(y, i, il):  # pragma: no cover - compiled
     e = e * r + _Q2
     e = e * r + _Q1
     e = e * r + _Q0
-    e = e * _i32_as_f32(_f32_as_i32(tt) << np.int32(23))
+    e = e * f32_from_bits(f32_bits(tt) << np.int32(23))
     return e * (i - il * y)
 
 

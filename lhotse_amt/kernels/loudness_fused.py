@@ -40,8 +40,8 @@ import math
 import numpy as np
 from numba import njit
 
-from .fastmath import prefer_wide_vectors
-from .loudness import _exp64, _f32_as_i32, _i32_as_f32
+from .fastmath import f32_bits, f32_from_bits, prefer_wide_vectors
+from .loudness import _exp64
 
 __all__ = [
     "binaural_inhibition_apply",
@@ -95,9 +95,9 @@ _DB_LOG2 = 10.0 * math.log10(2.0)  # 10 log10(x) = _DB_LOG2 * log2(x)
 @njit(cache=True, fastmath=_FM, inline="always", error_model="numpy")
 def _log2_pos32(x):  # pragma: no cover - compiled
     # log2 of a positive normal float32, evaluated in float64 (vectorisable, ~1e-10 absolute)
-    b = _f32_as_i32(x)
+    b = f32_bits(x)
     ex = np.float64((b >> np.int32(23)) - np.int32(127))
-    m = np.float64(_i32_as_f32((b & np.int32(0x7FFFFF)) | np.int32(0x3F800000)))
+    m = np.float64(f32_from_bits((b & np.int32(0x7FFFFF)) | np.int32(0x3F800000)))
     hi = m > 1.4142135623730951
     m = 0.5 * m if hi else m
     ex = ex + 1.0 if hi else ex

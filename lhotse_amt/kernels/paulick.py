@@ -40,12 +40,10 @@ import os
 
 import numpy as np
 import torch
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.extending import intrinsic
+from numba import njit, prange
 
 from .cpu import _threads
-from .fastmath import exp32_nonpos_inline, prefer_wide_vectors
+from .fastmath import exp32_nonpos_inline, f64_from_bits, prefer_wide_vectors
 
 __all__ = [
     "drnl",
@@ -165,16 +163,6 @@ _LN2_LO = 1.9082149292705877e-10
 )
 
 
-@intrinsic
-def _bits_to_f64(typingctx, v):  # pragma: no cover - compiled
-    sig = types.float64(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-
-    return sig, codegen
-
-
 @njit(inline="always", **_NOPY)
 def _exp(x):  # pragma: no cover - compiled
     x = min(max(x, -708.0), 709.0)
@@ -189,7 +177,7 @@ def _exp(x):  # pragma: no cover - compiled
     q1 = (_F4 + _F5 * r) + r2 * (_F6 + _F7 * r)
     q2 = ((_F8 + _F9 * r) + r2 * (_F10 + _F11 * r)) + r4 * (_F12 + _F13 * r)
     p = (q0 + r4 * q1) + r8 * q2
-    return p * _bits_to_f64((np.int64(kf) + 1023) << 52)
+    return p * f64_from_bits((np.int64(kf) + 1023) << 52)
 
 
 @njit(**_NOPY)
