@@ -127,3 +127,55 @@ def test_inline_exp_log_accuracy() -> None:
     a = np.exp(np.linspace(np.log(1e-200), np.log(1e30), 200001))
     for n in (0.3, 0.5, 1.0):
         assert np.max(np.abs(fastmath.pow_pos(a, n) / a**n - 1.0)) < 1e-9
+
+
+_X86 = __import__("platform").machine().lower() in {"x86_64", "amd64", "i386", "i686", "x86"}
+
+
+@pytest.mark.skipif(not _X86, reason="flush-to-zero is set through the x86 MXCSR")
+def test_kernels_treat_subnormals_as_zero_and_restore_the_mode() -> None:
+    from numba import njit
+
+    from lhotse_amt.kernels.fastmath import denormals_off, restore_fp_mode
+
+    @njit(cache=False)
+    def probe(a):
+        m = denormals_off()
+        inside = 0.0
+        for i in range(a.shape[0]):
+            inside += a[i]
+        restore_fp_mode(m)
+        after = 0.0
+        for i in range(a.shape[0]):
+            after += a[i]
+        return inside, after
+
+    sub = np.array([5e-320, 1e-320])
+    inside, after = probe(sub)
+    assert inside == 0.0 and after == pytest.approx(6e-320, rel=1e-3)
+    # the calling thread's mode is untouched
+    assert np.float64(1e-300) * np.float64(1e-10) > 0.0
+
+
+@pytest.mark.skipif(not _X86, reason="flush-to-zero is set through the x86 MXCSR")
+def test_decaying_recursion_output_has_no_subnormals() -> None:
+    # digital silence after a click: a plain evaluation of the recursion passes through
+    # (and can stay on) subnormal numbers, 100-cycle microcode assists each on x86; the
+    # kernels flush them to zero (benchmarks/bench_silence.py measures the time)
+    import scipy.signal as ss
+
+    from lhotse_amt.kernels.cpu import one_pole_cascade
+
+    T = 20000
+    x = torch.zeros(1, T, dtype=torch.float64)
+    x[0, 0] = 1.0
+    pole = torch.tensor([0.9 + 0.0j], dtype=torch.complex128)
+    gain = torch.tensor([1.0 + 0.0j], dtype=torch.complex128)
+    y, _ = one_pole_cascade(x, pole, gain, 1, None, "real")
+    y = y[0].numpy()
+    ref = ss.lfilter([1.0], [1.0, -0.9], x[0].numpy())
+    tiny = np.finfo(np.float64).tiny
+    assert np.any((ref != 0) & (np.abs(ref) < tiny))  # the plain recursion goes subnormal
+    assert not np.any((y != 0) & (np.abs(y) < tiny))
+    big = np.abs(ref) > 1e-290
+    np.testing.assert_allclose(y[big], ref[big], rtol=1e-12)

@@ -22,11 +22,14 @@ import numpy as np
 import torch
 from numba import njit
 
+from .fastmath import denormals_off, restore_fp_mode
+
 __all__ = ["agc_numba", "agc_numba_state", "agc_triton", "HAS_TRITON"]
 
 
 @njit(cache=True, nogil=True)
 def _agc_kernel(x, attack, release, zero, y):  # pragma: no cover - compiled
+    fp = denormals_off()
     n_rows, n_t = x.shape
     for r in range(n_rows):
         s = zero
@@ -35,10 +38,12 @@ def _agc_kernel(x, attack, release, zero, y):  # pragma: no cover - compiled
             a = attack if v > s else release
             s = s + a * (v - s)
             y[r, t] = s
+    restore_fp_mode(fp)
 
 
 @njit(cache=True, nogil=True)
 def _agc_kernel_state(x, attack, release, state, y):  # pragma: no cover - compiled
+    fp = denormals_off()
     n_rows, n_t = x.shape
     for r in range(n_rows):
         s = state[r]
@@ -48,6 +53,7 @@ def _agc_kernel_state(x, attack, release, state, y):  # pragma: no cover - compi
             s = s + a * (v - s)
             y[r, t] = s
         state[r] = s
+    restore_fp_mode(fp)
 
 
 def agc_numba_state(x: np.ndarray, attack: float, release: float, state: np.ndarray) -> np.ndarray:

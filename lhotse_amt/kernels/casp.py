@@ -34,7 +34,13 @@ import torch
 from numba import njit, prange
 
 from .cpu import _threads
-from .fastmath import KERNEL_OPTS, exp32_nonpos_inline, exp_nonpos_inline
+from .fastmath import (
+    KERNEL_OPTS,
+    denormals_off,
+    exp32_nonpos_inline,
+    exp_nonpos_inline,
+    restore_fp_mode,
+)
 
 __all__ = ["CASPPooledPlan", "casp_pooled"]
 
@@ -220,6 +226,7 @@ def _casp_batch(
     sums,
 ):  # pragma: no cover - compiled  # fmt: skip
     for b in prange(x.shape[0]):
+        fp = denormals_off()
         _casp_item(
             x[b], ends[b], hop, square, precise,
             pr, pi, g2, gre[b], gim[b],
@@ -229,6 +236,7 @@ def _casp_batch(
             runs, nsig, ar, ai, cr, ci, xr[b], xi[b],
             sums[b],
         )  # fmt: skip
+        restore_fp_mode(fp)
 
 
 def _pad8(n: int) -> int:

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from .fastmath import denormals_off, restore_fp_mode
+
 _NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
 
 
@@ -41,6 +43,7 @@ def _sosfilt_kernel(x, sos, zi, y):  # pragma: no cover - compiled
     N, T = x.shape
     S = sos.shape[1]
     for c in prange(N):
+        fp = denormals_off()
         z = zi[c].copy()
         for n in range(T):
             v = x[c, n]
@@ -52,6 +55,7 @@ def _sosfilt_kernel(x, sos, zi, y):  # pragma: no cover - compiled
                 v = out
             y[c, n] = v
         zi[c] = z
+        restore_fp_mode(fp)
 
 
 def sosfilt(
@@ -80,6 +84,7 @@ def _cascade_kernel(x, pr, pi, gr, gi, zr, zi, mode, yr, yi):  # pragma: no cove
     N, T = x.shape
     K = zr.shape[1]
     for c in prange(N):
+        fp = denormals_off()
         ar = pr[c]
         ai = pi[c]
         cr = gr[c]
@@ -106,6 +111,7 @@ def _cascade_kernel(x, pr, pi, gr, gi, zr, zi, mode, yr, yi):  # pragma: no cove
                 yr[c, n] = outr
         zr[c] = sr
         zi[c] = si
+        restore_fp_mode(fp)
 
 
 _MODES = {"complex": 0, "real2": 1, "real": 2}
@@ -168,6 +174,7 @@ def _adaptation_kernel(x, a, m, minlvl, use_limit, s, y):  # pragma: no cover - 
     N, T = x.shape
     J = a.shape[1]
     for c in prange(N):
+        fp = denormals_off()
         st = s[c].copy()
         for n in range(T):
             v = x[c, n]
@@ -181,6 +188,7 @@ def _adaptation_kernel(x, a, m, minlvl, use_limit, s, y):  # pragma: no cover - 
                 st[j] = a[c, j] * st[j] + (1.0 - a[c, j]) * v
             y[c, n] = v
         s[c] = st
+        restore_fp_mode(fp)
 
 
 def adaptation_loops(
@@ -223,6 +231,7 @@ def _efilt_bank_kernel(x, pr, pi, gr, gi, use_abs, scale, sr, si, y):  # pragma:
     B, C, T = x.shape
     M = pr.shape[1]
     for bc in prange(B * C):
+        fp = denormals_off()
         b = bc // C
         c = bc % C
         for m in range(M):
@@ -255,6 +264,7 @@ def _efilt_bank_kernel(x, pr, pi, gr, gi, use_abs, scale, sr, si, y):  # pragma:
                     y[b, c, m, n] = sc * (cr * ur - ci * ui)
             sr[b, c, m] = ur
             si[b, c, m] = ui
+        restore_fp_mode(fp)
 
 
 def efilt_bank(

@@ -13,13 +13,23 @@ the loops that use them run in SIMD lanes. Each has an array wrapper for the tes
 kernel's loops with 512-bit registers on CPUs with AVX-512 (its default there is 256 bits
 for every function); elsewhere it changes nothing. :func:`assume_distinct_arrays` lets LLVM
 vectorise loops over many arrays without run-time overlap checks.
+
+:func:`denormals_off` / :func:`restore_fp_mode` bracket the work of every kernel that runs
+a recursion (filters, IHC, adaptation loops, smoothing): digital silence drives the
+recursions' states through subnormal numbers (and a decaying state can stay on the smallest
+one for ever), and x86 CPUs take a microcode assist of ~100 cycles for every subnormal
+operand or result: without them, a second of silence after a sound costs 3-6 times as much
+as a second of sound (``benchmarks/bench_silence.py``).
 """
 
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = [
@@ -36,6 +46,8 @@ __all__ = [
     "pow_pos_inline",
     "assume_distinct_arrays",
     "prefer_wide_vectors",
+    "denormals_off",
+    "restore_fp_mode",
 ]
 
 #: numba options of every inline function here and of the kernels using them: FMA
@@ -69,6 +81,66 @@ def prefer_wide_vectors(typingctx):  # pragma: no cover - compiled
         # llvmlite only accepts enumerated attribute names; a string attribute is written
         # verbatim into the function header
         set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+#: the x86 MXCSR bits flush-to-zero (15: subnormal results become 0) and
+#: denormals-are-zero (6: subnormal operands read as 0)
+_MXCSR_FTZ_DAZ = 0x8040
+_X86 = platform.machine().lower() in {"x86_64", "amd64", "i386", "i686", "x86"}
+
+
+def _mxcsr_functions(builder):  # noqa: ANN001, ANN202
+    p8 = ir.IntType(8).as_pointer()
+    fnty = ir.FunctionType(ir.VoidType(), [p8])
+    st = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.sse.stmxcsr")
+    ld = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.sse.ldmxcsr")
+    return p8, st, ld
+
+
+@intrinsic
+def denormals_off(typingctx):  # pragma: no cover - compiled
+    """Treat subnormal floats as zero in the calling thread; returns the previous mode.
+
+    Sets flush-to-zero and denormals-are-zero in the x86 MXCSR of the thread running the
+    kernel (a ``prange`` body runs in the threading layer's workers, so call it there) and
+    returns the previous control word for :func:`restore_fp_mode`, which every kernel calls
+    when it is done: nothing outside the kernel sees the change. Values below 2.2e-308
+    (float64) or 1.2e-38 (float32) become 0: far below every tolerance of the models,
+    whose signals are at least ~1e-10 of full scale where they matter. Elsewhere than x86
+    it does nothing (returns 0).
+    """
+    sig = types.uint32()
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        if not _X86:
+            return ir.Constant(i32, 0)
+        p8, st, ld = _mxcsr_functions(builder)
+        slot = cgutils.alloca_once(builder, i32)
+        ptr = builder.bitcast(slot, p8)
+        builder.call(st, [ptr])
+        old = builder.load(slot)
+        builder.store(builder.or_(old, ir.Constant(i32, _MXCSR_FTZ_DAZ)), slot)
+        builder.call(ld, [ptr])
+        return old
+
+    return sig, codegen
+
+
+@intrinsic
+def restore_fp_mode(typingctx, mode):  # pragma: no cover - compiled
+    """Restore the control word returned by :func:`denormals_off`."""
+    sig = types.none(types.uint32)
+
+    def codegen(context, builder, signature, args):
+        if _X86:
+            p8, _, ld = _mxcsr_functions(builder)
+            slot = cgutils.alloca_once(builder, ir.IntType(32))
+            builder.store(args[0], slot)
+            builder.call(ld, [builder.bitcast(slot, p8)])
         return context.get_dummy_value()
 
     return sig, codegen

@@ -23,7 +23,7 @@ from numba import njit, prange
 
 from .casp import _F, _pad8, _sections
 from .cpu import _threads
-from .fastmath import pow_pos_inline
+from .fastmath import denormals_off, pow_pos_inline, restore_fp_mode
 
 __all__ = ["KingPooledPlan", "king_pooled"]
 
@@ -124,6 +124,7 @@ def _king_batch(
     sums,
 ):  # pragma: no cover - compiled  # fmt: skip
     for b in prange(x.shape[0]):
+        fp = denormals_off()
         _king_item(
             x[b], ends[b], hop, square, precise,
             pr, pi, g2, gre[b], gim[b],
@@ -132,6 +133,7 @@ def _king_batch(
             bank, bz[b, 0], bz[b, 1], gain, use_abs,
             sums[b],
         )  # fmt: skip
+        restore_fp_mode(fp)
 
 
 class KingPooledPlan:

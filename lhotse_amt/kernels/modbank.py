@@ -19,7 +19,7 @@ import torch
 from numba import njit, prange
 
 from .cpu import _np, _threads
-from .fastmath import assume_distinct_arrays, prefer_wide_vectors
+from .fastmath import assume_distinct_arrays, denormals_off, prefer_wide_vectors, restore_fp_mode
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -97,6 +97,7 @@ def _kernel(x, pre, zpre, lp, zlp, pr, pi, gr, gi, ab, sc, sr, si, y):  # pragma
     tmp = np.empty((B * C, _BT, MP))
     kb = np.ascontiguousarray(sc[:, 1:])
     for bc in prange(B * C):
+        fp = denormals_off()
         b = bc // C
         c = bc % C
         uu = np.empty(T, np.float64)
@@ -118,6 +119,7 @@ def _kernel(x, pre, zpre, lp, zlp, pr, pi, gr, gi, ab, sc, sr, si, y):  # pragma
                 v = out
             y[b, c, 0, n] = s0 * v
         _bands_row(bc, C, uu, pr, pi, gr, gi, ab, kb, sr, si, ur, ui, tmp, y)
+        restore_fp_mode(fp)
 
 
 def modulation_bank(

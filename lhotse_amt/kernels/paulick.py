@@ -43,7 +43,13 @@ import torch
 from numba import njit, prange
 
 from .cpu import _threads
-from .fastmath import exp32_nonpos_inline, f64_from_bits, prefer_wide_vectors
+from .fastmath import (
+    denormals_off,
+    exp32_nonpos_inline,
+    f64_from_bits,
+    prefer_wide_vectors,
+    restore_fp_mode,
+)
 
 __all__ = [
     "drnl",
@@ -266,6 +272,7 @@ def _drnl_kernel(x, g, lin, nl1, nl2, a, b, c, zl, z1, z2, y):  # pragma: no cov
     C = g.shape[0]
     quarter = c == 0.25
     for r in prange(N):
+        fp = denormals_off()
         v = np.empty(C, x.dtype)
         u = np.empty(C, x.dtype)
         L = lin
@@ -280,12 +287,14 @@ def _drnl_kernel(x, g, lin, nl1, nl2, a, b, c, zl, z1, z2, y):  # pragma: no cov
             _drnl_step(xr[n], g, L, N1, N2, a, b, c, quarter, ZL, Z1, Z2, v, u)
             for k in range(C):
                 yr[k, n] = v[k]
+        restore_fp_mode(fp)
 
 
 @njit(parallel=True, **_NOPY)
 def _ihc_kernel(x, p, w, y):  # pragma: no cover - compiled
     N, C, T = x.shape
     for r in prange(N):
+        fp = denormals_off()
         v = np.empty(C, x.dtype)
         wr = w[r].copy()
         for n in range(T):
@@ -295,6 +304,7 @@ def _ihc_kernel(x, p, w, y):  # pragma: no cover - compiled
             for k in range(C):
                 y[r, k, n] = v[k]
         w[r] = wr
+        restore_fp_mode(fp)
 
 
 @njit(**_NOPY_FMA)
@@ -397,10 +407,12 @@ def _frontend_kernel(
 ):  # pragma: no cover - compiled  # fmt: skip
     rr = -2.0 / mm
     for r in prange(x.shape[0]):
+        fp = denormals_off()
         _frontend_row(
             r, x, g, lin, nl1, nl2, a, b, c, zl, z1, z2, p, w, aa, mm, rr, s,
             minlvl, use_limit, c0, sc, wd, hist, j0, R, round32, y,
         )  # fmt: skip
+        restore_fp_mode(fp)
 
 
 @njit(parallel=True, **_NOPY)
@@ -413,6 +425,7 @@ def _fir_kernel(buf, w, start, stride, y):  # pragma: no cover - compiled
     N, M = y.shape
     BL = 512
     for r in prange(N):
+        fp = denormals_off()
         out = np.zeros(M)
         acc = np.zeros(BL)
         br = buf[r]
@@ -443,6 +456,7 @@ def _fir_kernel(buf, w, start, stride, y):  # pragma: no cover - compiled
                     o[ii] += a[ii]
         for i in range(M):
             y[r, i] = out[i]
+        restore_fp_mode(fp)
 
 
 @njit(**_NOPY)
