@@ -78,6 +78,24 @@ def _out_dtype(x: torch.Tensor) -> np.dtype:
     return np.dtype(np.float32) if x.dtype == torch.float32 else np.dtype(np.float64)
 
 
+def _aligned_empty(shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+    """Uninitialised C-contiguous array whose data start on a 64-byte boundary."""
+    n = int(np.prod(shape))
+    buf = np.empty(n + 64 // np.dtype(dt).itemsize, dt)
+    off = (-buf.ctypes.data % 64) // buf.itemsize
+    return buf[off : off + n].reshape(shape)
+
+
+def _pad_channels(a: np.ndarray, cp: int) -> np.ndarray:
+    """Fresh 64-byte-aligned copy of ``a (..., C)`` with the channel (last) axis padded to
+    ``cp`` by repeating the last channel (harmless extra lanes whose outputs are dropped)."""
+    out = _aligned_empty((*a.shape[:-1], cp), a.dtype)
+    c = a.shape[-1]
+    out[..., :c] = a
+    out[..., c:] = a[..., c - 1 : c]
+    return out
+
+
 def _sos_cm(sos: torch.Tensor, dt: np.dtype) -> np.ndarray:
     """``(C, S, 6)`` sections (``a0 = 1``) -> channel-minor ``(5, S, C)``: b0, b1, b2, a1, a2."""
     a = _np(sos, dt)[..., [0, 1, 2, 4, 5]]
@@ -307,6 +325,16 @@ def _ihc_kernel(x, p, w, y):  # pragma: no cover - compiled
         restore_fp_mode(fp)
 
 
+@njit(inline="always", **_NOPY)
+def _aligned(n, m, dt):  # pragma: no cover - compiled
+    # an (n, m) array whose data start on a 64-byte boundary (numba allocates on 32 bytes):
+    # with m a multiple of 8 (float64) every row is a whole number of cache lines, so no
+    # 512-bit load or store of the channel loops straddles two lines
+    a = np.empty(n * m + 16, dt)
+    off = ((64 - a.ctypes.data % 64) % 64) // a.itemsize
+    return a[off : off + n * m].reshape((n, m))
+
+
 @njit(**_NOPY_FMA)
 def _frontend_row(
     r, x, g, lin, nl1, nl2, a, b, c, zl, z1, z2, p, w, aa, mm, rr, s,
@@ -318,7 +346,8 @@ def _frontend_row(
     # the stage-wise decimator sees it; taps in order, so every output has one fixed
     # summation order whatever the chunking); hist (N, K - 1, C): the last K - 1 values of
     # u before the chunk, updated in place. A ring of 2 K rows holds every value twice so
-    # that the last K values are always K contiguous rows.
+    # that the last K values are always K contiguous rows. The channel axis of every array
+    # may be padded (y has the real channels only: the first y.shape[1]).
     # (a separate function, not the prange body: compiled on its own, every channel loop
     # vectorises)
     prefer_wide_vectors()
@@ -326,22 +355,25 @@ def _frontend_row(
     C = g.shape[0]
     K = wd.shape[0]
     quarter = c == 0.25
-    v = np.empty(C, x.dtype)
-    u = np.empty(C, x.dtype)
-    acc = np.empty(C, x.dtype)
+    Cy = y.shape[1]  # channels written (C may include padding channels)
+    v = _aligned(1, C, x.dtype)[0]
+    u = _aligned(1, C, x.dtype)[0]
+    acc = _aligned(1, C, x.dtype)[0]
     L = lin
     N1 = nl1
     N2 = nl2
     ZL = zl[r]
     Z1 = z1[r]
     Z2 = z2[r]
-    wr = w[r].copy()
-    sr = s[r].copy()
+    wr = _aligned(1, C, x.dtype)[0]
+    wr[:] = w[r]
+    sr = _aligned(s.shape[1], C, x.dtype)
+    sr[:] = s[r]
     xr = x[r]
     yr = y[r]
-    ring = np.empty((2 * K, C), x.dtype)
+    ring = _aligned(2 * K, C, x.dtype)
     m32 = mm.astype(np.float32)
-    t32 = np.empty(C, np.float32)
+    t32 = _aligned(1, C, np.float32)[0]
     if R > 0:
         for q in range(K - 1):
             for k in range(C):
@@ -355,7 +387,7 @@ def _frontend_row(
         _ihc_step(v, p, wr)
         _adapt_step(v, aa, mm, rr, sr, minlvl, use_limit, c0, sc, round32, m32, t32)
         if R == 0:
-            for k in range(C):
+            for k in range(Cy):
                 yr[k, n] = v[k]
             continue
         pk = pos + K
@@ -385,7 +417,7 @@ def _frontend_row(
                 i0 = pos + 1 + q
                 for k in range(C):
                     acc[k] += wq * ring[i0, k]
-            for k in range(C):
+            for k in range(Cy):
                 yr[k, i] = acc[k]
             i += 1
             nxt += R
@@ -405,7 +437,8 @@ def _frontend_kernel(
     x, g, lin, nl1, nl2, a, b, c, zl, z1, z2, p, w, aa, mm, s,
     minlvl, use_limit, c0, sc, wd, hist, j0, R, round32, y,
 ):  # pragma: no cover - compiled  # fmt: skip
-    rr = -2.0 / mm
+    rr = _aligned(mm.shape[0], mm.shape[1], mm.dtype)
+    rr[:] = -2.0 / mm
     for r in prange(x.shape[0]):
         fp = denormals_off()
         _frontend_row(
@@ -678,27 +711,35 @@ def frontend(
         M = T
     y = np.empty((N, C, M), _out_dtype(x))
     if T > 0:
+        # the kernel's channel axis padded to a multiple of 8 (whole 512-bit vectors, no
+        # scalar remainder) on 64-byte-aligned rows; the padding lanes repeat the last channel
+        cp = -(-C // 8) * 8
+        kargs = [_pad_channels(t, cp) for t in args]
+        kzs = [_pad_channels(z, cp) for z in zs]
+        kw, kaa, kmm, ks, khist = (_pad_channels(t, cp) for t in (w, aa, mm, s, hist))
         _frontend_kernel(
             xn,
-            *args,
+            *kargs,
             dt.type(c),
-            *zs,
+            *kzs,
             _ihc_pack(ihc_consts, dt),
-            w,
-            aa,
-            mm,
-            s,
+            kw,
+            kaa,
+            kmm,
+            ks,
             dt.type(minlvl),
             bool(use_limit),
             dt.type(out_offset),
             dt.type(out_scale),
             wd,
-            hist,
+            khist,
             j0,
             R,
             x.dtype == torch.float32,
             y,
         )
+        zs = [z[..., :C] for z in kzs]
+        w, s, hist = kw[:, :C], ks[..., :C], khist[..., :C]
     dev = x.device
     new_drnl = {k: _state_back(z, lead).to(dev) for k, z in zip(("lin", "nl1", "nl2"), zs)}
     s_out = torch.from_numpy(np.ascontiguousarray(s.transpose(0, 2, 1))).reshape(*lead, C, J)
@@ -709,7 +750,7 @@ def frontend(
     return (
         torch.from_numpy(y).reshape(*lead, C, M).to(dev),
         new_drnl,
-        torch.from_numpy(w).reshape(*lead, C).to(dev),
+        torch.from_numpy(np.ascontiguousarray(w)).reshape(*lead, C).to(dev),
         s_out.to(dev),
         new_dec,
     )
