@@ -134,6 +134,19 @@ def test_multires_compiled_matches_torch_path(variant):
     i_ref, r_ref = i_ref.detach(), r_ref.detach()
     assert torch.allclose(i_fast, i_ref, rtol=1e-12, atol=1e-12 * float(i_ref.max()))
     assert torch.allclose(r_fast, r_ref, rtol=1e-10, atol=1e-12 * float(r_ref.max()))
+    # sliding DFT for every window (the models use it for the long ones), over more frames
+    # than its restart period, float64 and float32 input
+    plans = L.sliding_plans(variant, min_length=64)
+    assert sorted(plans) == sorted(L.WINDOW_LENGTHS)
+    z2 = torch.tensor(rng.standard_normal((2, 12000)) * 0.02)
+    with torch.no_grad():
+        i_sl = L.multires_intensity(z2, -100, -3, 330, bases, sliding=plans)
+        i_mm = L.multires_intensity(z2, -100, -3, 330, bases)
+        assert torch.allclose(i_sl, i_mm, rtol=1e-10, atol=1e-13 * float(i_mm.max()))
+        b32 = [(ln, b, m.float()) for ln, b, m in bases]
+        i_sl32 = L.multires_intensity(z2.float(), -100, -3, 330, b32, sliding=plans)
+    assert i_sl32.dtype == torch.float32
+    assert torch.allclose(i_sl32.double(), i_mm, rtol=1e-5, atol=1e-7 * float(i_mm.max()))
     # the helpers directly
     y = rng.standard_normal((3, 10))
     out = np.zeros((3, 12))

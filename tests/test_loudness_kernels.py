@@ -33,6 +33,12 @@ def test_numba_matches_reference(dtype):
     # dispatcher: CPU without grad -> numba; along another axis too
     y = L.agc(x.T.contiguous(), 0.045, 0.033, dim=0)
     assert torch.allclose(y.T, ref, rtol=tol, atol=tol)
+    # frames x channels (the models' layout): the column kernel, vectorised over channels,
+    # gives the row kernel's values exactly and a contiguous result
+    x4 = torch.stack([x.T, 2.0 * x.T]).unsqueeze(0)  # (1, 2, T, N)
+    y4 = L.agc(x4, 0.045, 0.033, dim=-2)
+    assert y4.is_contiguous() and torch.equal(y4[0, 0], got.T)
+    assert torch.equal(y4[0, 1], kagc.agc_numba(2.0 * x, 0.045, 0.033).T)
 
 
 def test_agc_semantics_first_frame_and_branches():

@@ -46,6 +46,7 @@ __all__ = [
     "pa_from_full_scale",
     "band_plan",
     "multires_intensity",
+    "sliding_plans",
     "autocorr_basis",
     "FastExcitation",
     "prune_components",
@@ -167,6 +168,35 @@ def band_plan(variant: str) -> list[np.ndarray]:
     raise ValueError(f"unknown band plan {variant!r}")
 
 
+def _window_and_scale(variant: str, i: int) -> tuple[np.ndarray, float]:
+    # Hann window of the i-th analysis window and the factor giving intensities re (20 uPa)^2
+    length = WINDOW_LENGTHS[i]
+    if variant == "moore2016":
+        return np.hanning(length), (2.0 / N_FFT) * math.sqrt(10.0**0.332 * 2.0**i / 2.0) / P0
+    w = 0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(length) / length)
+    return w, math.sqrt(2.0 / (N_FFT * np.sum(w**2))) / P0
+
+
+def sliding_plans(variant: str, min_length: int = 512) -> dict[int, tuple]:
+    """Sliding-DFT plans (:func:`lhotse_amt.kernels.loudness_fused.sliding_plan`) of the
+    analysis windows of at least ``min_length`` samples, keyed by window length.
+
+    For these long windows the sliding recursion costs a few operations per frame and
+    frequency instead of ``L`` (measured on one core: 2048/1024/512-sample windows 0.3-1.6 µs
+    per frame instead of 1.8-2.8 µs); shorter windows are cheaper as one matrix product.
+    ``"moore2016"``: symmetric Hann (three frequencies per bin); ``"gm2002"``: periodic Hann
+    (the shifted frequencies are neighbouring bins).
+    """
+    from lhotse_amt.kernels.loudness_fused import sliding_plan
+
+    plans = {}
+    for i, (length, bins) in enumerate(zip(WINDOW_LENGTHS, band_plan(variant))):
+        if length >= min_length and len(bins):
+            scale = _window_and_scale(variant, i)[1]
+            plans[length] = sliding_plan(length, bins, variant != "moore2016", scale, HOP, N_FFT)
+    return plans
+
+
 def dft_bases(variant: str) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """Per window: ``(L, bins, basis)`` with ``basis`` of shape ``(L, 2 * len(bins))``.
 
@@ -183,12 +213,7 @@ def dft_bases(variant: str) -> list[tuple[int, np.ndarray, np.ndarray]]:
     out = []
     for i, (length, bins) in enumerate(zip(WINDOW_LENGTHS, band_plan(variant))):
         n = np.arange(length)
-        if variant == "moore2016":
-            w = np.hanning(length)
-            scale = (2.0 / N_FFT) * math.sqrt(10.0**0.332 * 2.0**i / 2.0) / P0
-        else:
-            w = 0.5 - 0.5 * np.cos(2.0 * np.pi * n / length)
-            scale = math.sqrt(2.0 / (N_FFT * np.sum(w**2))) / P0
+        w, scale = _window_and_scale(variant, i)
         ph = 2.0 * np.pi * np.outer(n, bins) / N_FFT
         basis = np.concatenate([w[:, None] * np.cos(ph), w[:, None] * np.sin(ph)], axis=1)
         out.append((length, bins, basis * scale))
@@ -202,6 +227,7 @@ def multires_intensity(
     n_frames: int,
     bases: list[tuple[int, np.ndarray, Tensor]],
     return_autocorr: Tensor | None = None,
+    sliding: dict[int, tuple] | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Six-window spectrum with a 1-ms hop, batched over frames (no loop over frames).
 
@@ -214,6 +240,9 @@ def multires_intensity(
         return_autocorr: window ``(64,)`` of the shortest analysis window (float64, see
             :func:`autocorr_basis`); if given, also return the autocorrelation ``(..., F, 64)``
             (float64) of its windowed segments.
+        sliding: plans of :func:`sliding_plans` (same band plan as ``bases``): without
+            gradient on the CPU, the windows they cover are computed by the sliding DFT
+            (:func:`lhotse_amt.kernels.loudness_fused.sliding_dft_power`, same values).
 
     Returns:
         Component intensities re (20 µPa)² on bins 1 … 960, shape ``(..., F, 960)``
@@ -248,8 +277,14 @@ def multires_intensity(
         from lhotse_amt.kernels.loudness_fused import power_into, windowed_autocorr
 
         out2 = out.view(-1, N_BINS).numpy()
+        zp2 = zp.detach().reshape(-1, zp.shape[-1]).numpy()
     for length, bins, basis in bases:
         start = base + 1024 - length // 2
+        if compiled and sliding and length in sliding:
+            from lhotse_amt.kernels.loudness_fused import sliding_dft_power
+
+            sliding_dft_power(zp2, start, n_frames, sliding[length], int(bins[0]) - 1, out2)
+            continue
         seg = zp[..., start : start + HOP * (n_frames - 1) + length].unfold(-1, length, HOP)
         y = seg.reshape(-1, length) @ basis
         nb = len(bins)
@@ -269,8 +304,7 @@ def multires_intensity(
         length = WINDOW_LENGTHS[-1]
         start = base + 1024 - length // 2
         if compiled:
-            zz = zp.detach().reshape(-1, zp.shape[-1]).numpy()
-            r = windowed_autocorr(zz, start, HOP, n_frames, return_autocorr.double().numpy())
+            r = windowed_autocorr(zp2, start, HOP, n_frames, return_autocorr.double().numpy())
             return out, torch.from_numpy(r).reshape(*lead, n_frames, length)
         seg = zp[..., start : start + HOP * (n_frames - 1) + length].unfold(-1, length, HOP)
         y = seg.to(torch.float64) * return_autocorr.to(torch.float64)
@@ -295,13 +329,7 @@ def autocorr_basis(variant: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """
     length = WINDOW_LENGTHS[-1]
     bins = band_plan(variant)[-1]
-    n = np.arange(length)
-    if variant == "moore2016":
-        w = np.hanning(length)
-        scale = (2.0 / N_FFT) * math.sqrt(10.0**0.332 * 2.0**5 / 2.0) / P0
-    else:
-        w = 0.5 - 0.5 * np.cos(2.0 * np.pi * n / length)
-        scale = math.sqrt(2.0 / (N_FFT * np.sum(w**2))) / P0
+    w, scale = _window_and_scale(variant, len(WINDOW_LENGTHS) - 1)
     tau = np.arange(length)
     a = np.cos(2.0 * np.pi * np.outer(tau, bins) / N_FFT) * (scale**2)
     a[1:] *= 2.0
@@ -485,6 +513,7 @@ class FastExcitation:
         self.wu = torch.tensor(wu, dtype=dtype)
         self.awu = torch.tensor(a @ wu[self.h0 :], dtype=torch.float64)
         self.window = torch.tensor(window, dtype=torch.float64)
+        self.sliding = sliding_plans(band_variant)
         self.wu64_high_np = np.ascontiguousarray(wu[self.h0 :], dtype=np.float64)
         self.fc = np.asarray(fc, dtype=np.float64)
         self.p = roex_p(self.fc)
@@ -617,7 +646,7 @@ class FastExcitation:
         for f0 in range(0, n_frames, chunk):
             nf = min(chunk, n_frames - f0)
             inten, rr = multires_intensity(
-                zz, t0, j_first + f0, nf, bases, return_autocorr=self.window
+                zz, t0, j_first + f0, nf, bases, return_autocorr=self.window, sliding=self.sliding
             )
             rows = inten.reshape(-1, N_BINS).to(self.dtype)
             ik_np, ak_np, col_kept, col_pruned = self._kept(rows, keep_rule)
@@ -764,6 +793,10 @@ def agc(x: Tensor, attack: float, release: float, dim: int = -1, backend: str = 
             backend = "torch"
     if backend == "torch":
         return agc_reference(x, attack, release, dim)
+    if backend == "numba" and x.dim() >= 2 and dim % x.dim() == x.dim() - 2:
+        # along frames of (..., F, C): vectorised over channels, no transposes
+        y = kagc.agc_numba_cols(x.reshape(-1, *x.shape[-2:]), attack, release)
+        return y.reshape(x.shape)
     xt = x.movedim(dim, -1)
     shape = xt.shape
     rows = xt.reshape(-1, shape[-1])
@@ -826,9 +859,10 @@ def binaural_inhibition(
         return s_left / inh, s_right / inh
     sl = s_left @ smooth + 1e-13
     sr = s_right @ smooth + 1e-13
-    if not grad and s_left.device.type == "cpu" and not torch.is_tensor(p):
+    if not grad and s_left.device.type == "cpu":
         from lhotse_amt.kernels.loudness_fused import binaural_inhibition_apply
 
+        p = float(p)  # a tensor p without gradient (the models' buffer) is a constant here
         lead = s_left.shape[:-1]
         c = s_left.shape[-1]
         o_l, o_r = binaural_inhibition_apply(

@@ -9,7 +9,9 @@ Semantics (identical to :func:`lhotse_amt.functional.loudness.agc_reference`), p
         y[r, t] = s
 
 * :func:`agc_numba`: numba CPU kernel (``@njit(cache=True)``), one row per loop iteration,
-  float32 or float64 (computed in the input dtype).
+  float32 or float64 (computed in the input dtype); :func:`agc_numba_cols` runs the same
+  recursion down the columns of ``(N, T, C)`` arrays (frames x channels, vectorised over
+  channels).
 * :func:`agc_triton`: Triton GPU kernel (one program per row, sequential over time). Only
   defined when ``triton`` imports; ``HAS_TRITON`` tells. Runs under ``TRITON_INTERPRET=1``.
 
@@ -22,9 +24,9 @@ import numpy as np
 import torch
 from numba import njit
 
-from .fastmath import denormals_off, restore_fp_mode
+from .fastmath import denormals_off, prefer_wide_vectors, restore_fp_mode
 
-__all__ = ["agc_numba", "agc_numba_state", "agc_triton", "HAS_TRITON"]
+__all__ = ["agc_numba", "agc_numba_cols", "agc_numba_state", "agc_triton", "HAS_TRITON"]
 
 
 @njit(cache=True, nogil=True)
@@ -54,6 +56,44 @@ def _agc_kernel_state(x, attack, release, state, y):  # pragma: no cover - compi
             y[r, t] = s
         state[r] = s
     restore_fp_mode(fp)
+
+
+@njit(cache=True, nogil=True)
+def _agc_kernel_cols(x, attack, release, zero, y):  # pragma: no cover - compiled
+    # x (N, T, C): the recursion runs along T for every column c; the channel loop is inner
+    # (contiguous, vectorised, branch-free select), the arithmetic per element is that of
+    # _agc_kernel, so the results are identical
+    fp = denormals_off()
+    prefer_wide_vectors()
+    n, n_t, n_c = x.shape
+    s = np.empty(n_c, x.dtype)
+    for b in range(n):
+        for c in range(n_c):
+            s[c] = zero
+        for t in range(n_t):
+            for c in range(n_c):
+                v = x[b, t, c]
+                sc = s[c]
+                a = attack if v > sc else release
+                sc = sc + a * (v - sc)
+                s[c] = sc
+                y[b, t, c] = sc
+    restore_fp_mode(fp)
+
+
+def agc_numba_cols(x: torch.Tensor, attack: float, release: float) -> torch.Tensor:
+    """AGC along axis 1 of ``x (N, T, C)`` (every column ``x[n, :, c]`` a signal) on the CPU;
+    same values as :func:`agc_numba` on the transposed rows, without transposing copies."""
+    if x.dim() != 3:
+        raise ValueError(f"expected (N, T, C), got {tuple(x.shape)}")
+    xn = np.ascontiguousarray(x.detach().cpu().numpy())
+    if xn.dtype not in (np.float32, np.float64):
+        raise ValueError(f"unsupported dtype {xn.dtype}")
+    y = np.empty_like(xn)
+    if xn.size:
+        t = xn.dtype.type
+        _agc_kernel_cols(xn, t(attack), t(release), t(0.0), y)
+    return torch.from_numpy(y).to(x.device)
 
 
 def agc_numba_state(x: np.ndarray, attack: float, release: float, state: np.ndarray) -> np.ndarray:
