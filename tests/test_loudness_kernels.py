@@ -130,14 +130,28 @@ def test_lower_skirt_kernel_matches_numpy(slopes):
     inten[:, 3::5] = 0.0  # not kept
     a, b, kind = slopes
     s = a + b * rng.standard_normal((4, 960)) if kind == "normal" else rng.uniform(a, b, (4, 960))
+    inten[0] = rng.random(960) * 1e5  # every component kept (the dense path)
+    inten[1, 500:] = 0.0  # sparse frame: only low components
     v = np.maximum(s[:, :, None] * m["lower_h"][None], -80.0)
     below = f[:, None] < fc[None, :]
     ref = (inten[:, :, None] * (1 - v) * np.exp(v) * below).sum(1)
+    # the same slopes given as levels per ERB: s = a + b log10(X)
+    sa, sb = 1.0 + 51.0 * 0.35 / L.P1000, -3.5 / L.P1000
+    level = 10.0 ** ((s - sa) / sb)
+    checked_levels = False
     for dt, tol in ((np.float64, 1e-13), (np.float32, 1e-5)):
         got = lower_skirt_numpy(inten.astype(dt), s, L.roex_p(fc), fc, f, m["n_below"])
         assert got.dtype == dt
         scale = np.abs(ref).max(axis=1, keepdims=True)
         assert (np.abs(got - ref) / scale).max() < tol
+        if np.all((level > 1e-30) & (level < 1e30)):  # levels representable in float32
+            wide = np.concatenate([level, np.ones((4, 7))], axis=1).astype(dt)  # strided view
+            got_lv = lower_skirt_numpy(
+                inten.astype(dt), wide[:, :960], L.roex_p(fc), fc, f, m["n_below"], (sa, sb)
+            )
+            assert (np.abs(got_lv - ref) / scale).max() < 10 * tol, slopes
+            checked_levels = True
+    assert checked_levels
 
 
 def _noise(n, ch, level=65.0, seed=0):

@@ -570,8 +570,6 @@ class FastExcitation:
     def __call__(self, inten: Tensor, keep: Tensor, autocorr: Tensor, chunk: int = 256) -> Tensor:
         """Excitation ``(..., F, C)`` (not floored) from intensities and kept mask
         ``(..., F, 960)`` and the shortest window's autocorrelation ``(..., F, 64)``."""
-        from lhotse_amt.kernels.loudness import lower_skirt_numpy
-
         lead = inten.shape[:-1]
         rows = inten.reshape(-1, N_BINS).to(self.dtype)
         kp = keep.reshape(-1, N_BINS)
@@ -584,11 +582,18 @@ class FastExcitation:
             col_kept = kc.any(0).numpy()
             col_pruned = ((~kc) & (rc != 0)).sum(0).numpy()
             y = self.level_upper(rc, ik, rr[r0:r1], col_kept, col_pruned)
-            low = lower_skirt_numpy(
-                ik.numpy(), self.slope(y).numpy(), self.p, self.fc, self.f, self.n_below
-            )
+            low = self._lower(ik.numpy(), y)
             out[r0:r1] = y[:, N_BINS:] + torch.from_numpy(low)
         return out.reshape(*lead, self.n_channels)
+
+    def _lower(self, ik: np.ndarray, y: Tensor) -> np.ndarray:
+        # lower skirt with the slope factors computed in the kernel from the levels per ERB
+        # (the first 960 columns of y); same values as lower_skirt_numpy(ik, slope(y), ...)
+        from lhotse_amt.kernels.loudness import lower_skirt_numpy
+
+        level = y.numpy()[:, :N_BINS]
+        slope = (1.0 + 51.0 * _SLOPE_BETA, -10.0 * _SLOPE_BETA)
+        return lower_skirt_numpy(ik, level, self.p, self.fc, self.f, self.n_below, slope)
 
     @staticmethod
     def slope(y: Tensor) -> Tensor:
@@ -634,7 +639,6 @@ class FastExcitation:
             (intensity units, floored at 1e-10; or dB, see ``excitation_db``) and
             ``(..., F)`` bool.
         """
-        from lhotse_amt.kernels.loudness import lower_skirt_numpy
         from lhotse_amt.kernels.loudness_fused import specific_loudness_tail
 
         lead = z.shape[:-1]
@@ -652,9 +656,7 @@ class FastExcitation:
             ik_np, ak_np, col_kept, col_pruned = self._kept(rows, keep_rule)
             ik, ak = torch.from_numpy(ik_np), torch.from_numpy(ak_np)
             y = self.level_upper(rows, ik, rr.reshape(-1, rr.shape[-1]), col_kept, col_pruned)
-            low = lower_skirt_numpy(
-                ik_np, self.slope(y).numpy(), self.p, self.fc, self.f, self.n_below
-            )
+            low = self._lower(ik_np, y)
             upper = y[:, N_BINS:].contiguous().numpy()
             if n_lead == 1:  # the chunk's rows are contiguous rows of the outputs
                 e_np, n_np = exc[0, f0 : f0 + nf].numpy(), nsp[0, f0 : f0 + nf].numpy()

@@ -16,21 +16,28 @@ Semantics (identical to the reference, including the clamp ``u <= 80``)::
 The exponential is evaluated inline, so the loop vectorises: in float64 by Cody–Waite range
 reduction, a degree-12 Taylor polynomial and the exponent set by a bit cast (~2 ulp); in
 float32 as ``2^y`` with ``y = v log2(e)`` (``log2(e)`` folded into ``p`` and ``q``), ``y = t + r``
-with ``t`` the nearest integer, ``2^r`` by a degree-6 polynomial fitted for relative error on
-``|r| <= 1/2`` (1.9e-9 in exact arithmetic, ~1 ulp evaluated in float32) and ``2^t`` from the
-exponent bits, ``1 - v = 1 - y ln 2``. The sum over ``k`` is vectorised too (numba
+with ``t`` the nearest integer, ``2^r`` by a degree-5 polynomial fitted for relative error on
+``|r| <= 1/2`` (7.5e-8 in exact arithmetic, 2.3e-7 evaluated in float32, i.e. 2-4 ulp; all
+terms are positive, so the sum's relative error is no larger) and ``2^t`` from the exponent
+bits, ``1 - v = 1 - y ln 2``. The sum over ``k`` is vectorised too (numba
 ``fastmath={"reassoc", "contract"}``: re-associated additions and fused multiply-adds, no
 approximate functions, no NaN/inf assumptions); in float32 each channel's sum starts at a
 multiple of 32 components before its end, the extra leading terms being zero-intensity padding,
 so every sum runs in whole vectors (512-bit lanes where the CPU has them,
-:func:`lhotse_amt.kernels.fastmath.prefer_wide_vectors`). Results agree with the reference to
-float rounding (tests: <= 1e-13 relative in float64, <= 1e-5 in float32).
+:func:`lhotse_amt.kernels.fastmath.prefer_wide_vectors`). Frames in which nearly all
+components are kept (noise, speech) sum over every component below the channel, the others'
+intensity being zero, instead of compacting the kept ones first. The slope factors can be
+computed in the kernel from the components' levels per ERB (``slope_from_level``), so the
+models never materialise them. Results agree with the reference to float rounding (tests:
+<= 1e-13 relative in float64, <= 1e-5 in float32).
 
 Computed in the input dtype (float32 or float64). No gradient: the models use this kernel only
 when no gradient is needed and fall back to the torch reference otherwise.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -72,8 +79,35 @@ def _exp64(v):  # pragma: no cover - compiled
     return p * f64_from_bits((np.int64(t) + 1023) << 52)
 
 
+_LN2 = 0.6931471805599453
+# log2(m) = (2 / ln 2) atanh(t), t = (m - 1) / (m + 1), |t| <= 0.1716 for m in [0.707, 1.414]:
+# series to t**11, truncation error < 3e-11
+_L1, _L3, _L5, _L7, _L9, _L11 = (2.0 / (k * _LN2) for k in (1, 3, 5, 7, 9, 11))
+
+
+@njit(cache=True, fastmath=_FM, inline="always", error_model="numpy")
+def _log2_pos32(x):  # pragma: no cover - compiled
+    # log2 of a positive normal float32, evaluated in float64 (vectorisable, ~1e-10 absolute)
+    b = f32_bits(x)
+    ex = np.float64((b >> np.int32(23)) - np.int32(127))
+    m = np.float64(f32_from_bits((b & np.int32(0x7FFFFF)) | np.int32(0x3F800000)))
+    hi = m > 1.4142135623730951
+    m = 0.5 * m if hi else m
+    ex = ex + 1.0 if hi else ex
+    t = (m - 1.0) / (m + 1.0)
+    t2 = t * t
+    q = _L11
+    q = q * t2 + _L9
+    q = q * t2 + _L7
+    q = q * t2 + _L5
+    q = q * t2 + _L3
+    q = q * t2 + _L1
+    return ex + t * q
+
+
 @njit(cache=True, fastmath=_FM)
-def _lower64(inten, s, p, q, f, kc, out):  # pragma: no cover - compiled
+def _lower64(inten, s, sa, sb, p, q, f, kc, out):  # pragma: no cover - compiled
+    # sb != 0: s holds levels per ERB X (intensity), the slope factor is sa + sb log10(X)
     prefer_wide_vectors()
     n_frames, n_bins = inten.shape
     n_ch = p.shape[0]
@@ -86,7 +120,8 @@ def _lower64(inten, s, p, q, f, kc, out):  # pragma: no cover - compiled
         for k in range(n_bins):
             if inten[fr, k] > 0.0:
                 ig[n] = inten[fr, k]
-                sg[n] = s[fr, k]
+                sk = s[fr, k]
+                sg[n] = sa + sb * np.log10(max(sk, 1e-30)) if sb != 0.0 else sk
                 fg[n] = f[k]
                 kg[n] = k
                 n += 1
@@ -103,18 +138,19 @@ def _lower64(inten, s, p, q, f, kc, out):  # pragma: no cover - compiled
             out[fr, c] = acc
 
 
-# 2^r on |r| <= 1/2, degree 6, coefficients fitted for minimal relative error
-_Q0, _Q1, _Q2, _Q3, _Q4, _Q5, _Q6 = (
-    _F32(1.0000000005920142),
-    _F32(0.6931472056005571),
-    _F32(0.24022646608790407),
-    _F32(0.055503289974554865),
-    _F32(0.009618519526641042),
-    _F32(0.0013399860382742456),
-    _F32(0.0001533757880452164),
+# 2^r on |r| <= 1/2, degree 5, coefficients fitted for minimal relative error (7.5e-8 in exact
+# arithmetic, 2.3e-7 evaluated in float32)
+_Q0, _Q1, _Q2, _Q3, _Q4, _Q5 = (
+    _F32(1.0000000749386127),
+    _F32(0.6931469654701327),
+    _F32(0.24022120484452953),
+    _F32(0.05550713240463393),
+    _F32(0.009675540263547018),
+    _F32(0.001327653151478089),
 )
 _LN2_32 = _F32(0.6931471805599453)
 _YMIN_32 = _F32(-80.0 * _LOG2E)  # the clamp v >= -80 in units of y = v log2(e)
+_TINY_32 = _F32(1e-30)
 _PAD = 32  # float32 sums run over whole multiples of this many components
 
 
@@ -125,11 +161,10 @@ _MAGIC_32 = _F32(12582912.0 + 127.0)  # 1.5 * 2^23 + exponent bias
 def _skirt_term32(y, i, il):  # pragma: no cover - compiled
     # I (1 - v) exp(v) with y = v log2(e) = t + r: adding 1.5 * 2^23 + 127 rounds y to the
     # integer t in the low mantissa bits (ties to even), so t + 127 shifted into the exponent
-    # field is 2^t; 2^r by the degree-6 polynomial; I (1 - v) = I - (I ln 2) y
+    # field is 2^t; 2^r by the degree-5 polynomial; I (1 - v) = I - (I ln 2) y
     tt = y + _MAGIC_32
     r = y - (tt - _MAGIC_32)
-    e = _Q6
-    e = e * r + _Q5
+    e = _Q5
     e = e * r + _Q4
     e = e * r + _Q3
     e = e * r + _Q2
@@ -139,47 +174,111 @@ def _skirt_term32(y, i, il):  # pragma: no cover - compiled
     return e * (i - il * y)
 
 
-@njit(cache=True, fastmath=_FM, error_model="numpy")
-def _lower32(inten, s, p2, q2, f, kc, out):  # pragma: no cover - compiled
-    # p2, q2: p and q times log2(e), so y = s (q2 f - p2) = v log2(e). Kept components are
-    # compacted to ig/il/sg/fg[PAD + m]; the leading PAD entries stay zero-intensity padding
-    # (I = 0, s = 1, f = 0: a finite term times zero) so that each channel's sum can start
-    # PAD-aligned before its end. Unsigned indices: no wraparound checks, the loop vectorises.
-    # The clamp y >= -80 log2(e) is skipped in frames where it cannot act (0 <= s and
-    # s max(p2) < 80 log2(e), as y >= -s p2 for the components below a channel's centre)
+@njit(inline="always", fastmath=_FM, error_model="numpy")
+def _slope32(v, sa, sb):  # pragma: no cover - compiled
+    # slope factor of a component: v itself, or sa + sb log2(max(X, 1e-30)) for a level X
+    if sb == 0.0:
+        return v
+    return np.float32(sa + sb * _log2_pos32(max(v, _TINY_32)))
+
+
+@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
+def _levels_to_slopes(x, sa, sb):  # pragma: no cover - compiled
+    # x <- sa + sb log2(max(x, 1e-30)) (float32 array, contiguous: vectorised)
+    prefer_wide_vectors()
+    for k in range(x.shape[0]):
+        x[k] = np.float32(sa + sb * _log2_pos32(max(x[k], _TINY_32)))
+
+
+@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
+def _dense_row32(inten, s, fr, kmax, sa, sb, ig, il, sg):  # pragma: no cover - compiled
+    # every component below the top channel, zero intensities included (their terms are 0;
+    # slope 1 keeps them finite and out of the clamp decision); branch-free, vectorised
+    smin = _ONE_32
+    smax = _ZERO_32
+    for k in range(kmax):
+        v = inten[fr, k]
+        ig[_PAD + k] = v
+        il[_PAD + k] = v * _LN2_32
+        sg[_PAD + k] = s[fr, k]
+    if sb != 0.0:  # levels -> slope factors, in place
+        _levels_to_slopes(sg[_PAD : _PAD + kmax], sa, sb)
+    for k in range(_PAD, _PAD + kmax):
+        sk = sg[k] if ig[k] > _ZERO_32 else _ONE_32
+        sg[k] = sk
+        smin = min(smin, sk)
+        smax = max(smax, sk)
+    return smin, smax
+
+
+@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
+def _compact_row32(inten, s, fr, kmax, sa, sb, f, ig, il, sg, fg, kg):  # pragma: no cover
+    # kept components only (sparse spectra: tones), compacted to [_PAD, _PAD + n)
+    n = 0
+    smin = _ONE_32
+    smax = _ZERO_32
+    for k in range(kmax):
+        v = inten[fr, k]
+        if v > _ZERO_32:
+            sk = _slope32(s[fr, k], sa, sb)
+            ig[_PAD + n] = v
+            il[_PAD + n] = v * _LN2_32
+            sg[_PAD + n] = sk
+            fg[_PAD + n] = f[k]
+            kg[n] = k
+            n += 1
+            smin = min(smin, sk)
+            smax = max(smax, sk)
+    return n, smin, smax
+
+
+@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
+def _lower32(inten, s, sa, sb, p2, q2, f, kc, out):  # pragma: no cover - compiled
+    # p2, q2: p and q times log2(e), so y = s (q2 f - p2) = v log2(e). Components are laid
+    # out from index PAD of ig/il/sg/fg: all of them below the top channel when nearly all are
+    # kept (dense spectra, no compaction), else the kept ones compacted; the leading PAD
+    # entries stay zero-intensity padding (I = 0, s = 1, f = 0: a finite term times zero) so
+    # that each channel's sum can start PAD-aligned before its end. Unsigned indices: no
+    # wraparound checks, the loop vectorises. The clamp y >= -80 log2(e) is skipped in frames
+    # where it cannot act (0 <= s and s max(p2) < 80 log2(e), as y >= -s p2 for the
+    # components below a channel's centre)
     prefer_wide_vectors()
     n_frames, n_bins = inten.shape
     n_ch = p2.shape[0]
     pad = np.uint64(_PAD)
     p2max = _ZERO_32
+    kmax = 0
     for c in range(n_ch):
         p2max = max(p2max, p2[c])
+        kmax = max(kmax, kc[c])
+    kmax = min(kmax, n_bins)
     ig = np.zeros(n_bins + _PAD, np.float32)
     il = np.zeros(n_bins + _PAD, np.float32)
     sg = np.ones(n_bins + _PAD, np.float32)
     fg = np.zeros(n_bins + _PAD, np.float32)
+    fd = np.zeros(n_bins + _PAD, np.float32)  # all component frequencies (dense rows)
+    for k in range(n_bins):
+        fd[_PAD + k] = f[k]
     kg = np.empty(n_bins, np.int64)
     for fr in range(n_frames):
         n = 0
-        smin = _ONE_32
-        smax = _ZERO_32
-        for k in range(n_bins):
-            v = inten[fr, k]
-            if v > _ZERO_32:
-                sk = s[fr, k]
-                ig[_PAD + n] = v
-                il[_PAD + n] = v * _LN2_32
-                sg[_PAD + n] = sk
-                fg[_PAD + n] = f[k]
-                kg[n] = k
-                n += 1
-                smin = min(smin, sk)
-                smax = max(smax, sk)
+        for k in range(kmax):
+            n += inten[fr, k] > _ZERO_32
+        dense = 8 * n >= 7 * kmax
+        if dense:
+            smin, smax = _dense_row32(inten, s, fr, kmax, sa, sb, ig, il, sg)
+            ff = fd
+        else:
+            n, smin, smax = _compact_row32(inten, s, fr, kmax, sa, sb, f, ig, il, sg, fg, kg)
+            ff = fg
         clamp = not (smin >= _ZERO_32 and smax * p2max < -_YMIN_32)
         j = 0
         for c in range(n_ch):
-            while j < n and kg[j] < kc[c]:
-                j += 1
+            if dense:
+                j = min(kc[c], kmax)
+            else:
+                while j < n and kg[j] < kc[c]:
+                    j += 1
             pc = p2[c]
             qc = q2[c]
             acc = _ZERO_32
@@ -188,27 +287,40 @@ def _lower32(inten, s, p2, q2, f, kc, out):  # pragma: no cover - compiled
             if clamp:
                 for i in range(total):
                     m = m0 + np.uint64(i)
-                    y = max(sg[m] * (qc * fg[m] - pc), _YMIN_32)
+                    y = max(sg[m] * (qc * ff[m] - pc), _YMIN_32)
                     acc += _skirt_term32(y, ig[m], il[m])
             else:
                 for i in range(total):
                     m = m0 + np.uint64(i)
-                    acc += _skirt_term32(sg[m] * (qc * fg[m] - pc), ig[m], il[m])
+                    acc += _skirt_term32(sg[m] * (qc * ff[m] - pc), ig[m], il[m])
             out[fr, c] = acc
 
 
 def lower_skirt_numpy(
-    inten: np.ndarray, s: np.ndarray, p: np.ndarray, fc: np.ndarray, f: np.ndarray, kc: np.ndarray
+    inten: np.ndarray,
+    s: np.ndarray,
+    p: np.ndarray,
+    fc: np.ndarray,
+    f: np.ndarray,
+    kc: np.ndarray,
+    slope_from_level: tuple[float, float] | None = None,
 ) -> np.ndarray:
     """Lower-skirt sums ``(N, C)`` for intensities ``inten (N, K)`` (0 = component not kept),
     slope factors ``s (N, K)``, channel slopes ``p (C,)`` and centres ``fc (C,)`` (Hz), component
     frequencies ``f (K,)`` (Hz, ascending) and ``kc (C,)`` = number of components below each
-    centre. float32 or float64 (all arrays converted to the dtype of ``inten``)."""
+    centre. float32 or float64 (all arrays converted to the dtype of ``inten``).
+
+    ``slope_from_level=(a, b)``: ``s`` holds each component's input level per ERB ``X``
+    (intensity, re (20 µPa)²) and the slope factor is ``a + b log10(max(X, 1e-30))``, computed
+    in the kernel for the kept components only (the models' ``1 - 0.35 / p(1 kHz) (10 log10 X -
+    51)``); ``s`` may then be a strided view (e.g. the first ``K`` columns of a wider array)."""
     dt = inten.dtype
     if dt not in (np.float32, np.float64):
         raise ValueError(f"unsupported dtype {dt}")
     inten = np.ascontiguousarray(inten)
-    s = np.ascontiguousarray(s, dtype=dt)
+    if s.dtype != dt or s.strides[-1] != s.itemsize:
+        s = np.ascontiguousarray(s, dtype=dt)
+    sa, sb = (0.0, 0.0) if slope_from_level is None else map(float, slope_from_level)
     p64 = np.asarray(p, dtype=np.float64)
     q = (p64 / np.asarray(fc, dtype=np.float64)).astype(dt)
     out = np.empty((inten.shape[0], len(p64)), dtype=dt)
@@ -218,9 +330,10 @@ def lower_skirt_numpy(
         if dt == np.float32:
             p2 = (p64 * _LOG2E).astype(dt)
             q2 = (p64 / np.asarray(fc, dtype=np.float64) * _LOG2E).astype(dt)
-            _lower32(inten, s, p2, q2, f_dt, kc64, out)
+            # log10(X) = log10(2) log2(X)
+            _lower32(inten, s, sa, sb * math.log10(2.0), p2, q2, f_dt, kc64, out)
         else:
-            _lower64(inten, s, p64, q, f_dt, kc64, out)
+            _lower64(inten, s, sa, sb, p64, q, f_dt, kc64, out)
     return out
 
 

@@ -40,8 +40,8 @@ import math
 import numpy as np
 from numba import njit
 
-from .fastmath import f32_bits, f32_from_bits, prefer_wide_vectors
-from .loudness import _exp64
+from .fastmath import prefer_wide_vectors
+from .loudness import _LN2, _exp64, _log2_pos32
 
 __all__ = [
     "binaural_inhibition_apply",
@@ -87,31 +87,7 @@ def _tail(
                 e_out[r, ch] = 10.0 * math.log10(e_out[r, ch]) if kept else empty_db
 
 
-_LN2 = 0.6931471805599453
-# log2(m) = (2 / ln 2) atanh(t), t = (m - 1) / (m + 1), |t| <= 0.1716 for m in [0.707, 1.414]:
-# series to t**11, truncation error < 3e-11
-_L1, _L3, _L5, _L7, _L9, _L11 = (2.0 / (k * _LN2) for k in (1, 3, 5, 7, 9, 11))
 _DB_LOG2 = 10.0 * math.log10(2.0)  # 10 log10(x) = _DB_LOG2 * log2(x)
-
-
-@njit(cache=True, fastmath=_FM, inline="always", error_model="numpy")
-def _log2_pos32(x):  # pragma: no cover - compiled
-    # log2 of a positive normal float32, evaluated in float64 (vectorisable, ~1e-10 absolute)
-    b = f32_bits(x)
-    ex = np.float64((b >> np.int32(23)) - np.int32(127))
-    m = np.float64(f32_from_bits((b & np.int32(0x7FFFFF)) | np.int32(0x3F800000)))
-    hi = m > 1.4142135623730951
-    m = 0.5 * m if hi else m
-    ex = ex + 1.0 if hi else ex
-    t = (m - 1.0) / (m + 1.0)
-    t2 = t * t
-    q = _L11
-    q = q * t2 + _L9
-    q = q * t2 + _L7
-    q = q * t2 + _L5
-    q = q * t2 + _L3
-    q = q * t2 + _L1
-    return ex + t * q
 
 
 @njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
