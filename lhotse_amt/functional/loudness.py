@@ -514,7 +514,13 @@ class FastExcitation:
         self.awu = torch.tensor(a @ wu[self.h0 :], dtype=torch.float64)
         self.window = torch.tensor(window, dtype=torch.float64)
         self.sliding = sliding_plans(band_variant)
-        self.wu64_high_np = np.ascontiguousarray(wu[self.h0 :], dtype=np.float64)
+        # weights of the high-band components for removing pruned ones (sparse updates read
+        # one 1110-wide row per pruned component: in the computation dtype, so a float32
+        # model moves half the bytes; the float64 autocorrelation route itself is accurate to
+        # ~1e-13 of the band's energy, coarser than float32 weights on these tiny terms)
+        self.wu_high_np = np.ascontiguousarray(
+            wu[self.h0 :], dtype=np.float64 if dtype == torch.float64 else np.float32
+        )
         self.fc = np.asarray(fc, dtype=np.float64)
         self.p = roex_p(self.fc)
         self.f = _bin_hz()
@@ -558,7 +564,7 @@ class FastExcitation:
             from lhotse_amt.kernels.loudness_fused import subtract_pruned
 
             # minus the not-kept components the autocorrelation includes
-            subtract_pruned(hi.numpy(), rows.numpy(), ik.numpy(), h0, self.wu64_high_np)
+            subtract_pruned(hi.numpy(), rows.numpy(), ik.numpy(), h0, self.wu_high_np)
         acc += hi.to(self.dtype)
         return acc
 

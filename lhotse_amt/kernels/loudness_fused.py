@@ -246,28 +246,39 @@ def kept_components(
     return ik, anyk, col_kept, col_pruned
 
 
-@njit(cache=True, nogil=True, fastmath={"contract"})
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _subtract_pruned(hi, rows, ik, h0, w):  # pragma: no cover - compiled
+    # pruned components are where rows != ik (kept: equal; absent: both 0); blocks of 64
+    # components are tested first with a vectorised count, so a row with no pruned
+    # component costs about one pass of compares
     prefer_wide_vectors()
     n_rows, n_bins = rows.shape
     n_cols = hi.shape[1]
     for r in range(n_rows):
-        for k in range(h0, n_bins):
-            v = rows[r, k]
-            if v != 0.0 and ik[r, k] == 0.0:
-                vv = np.float64(v)
-                kk = k - h0
-                for j in range(n_cols):
-                    hi[r, j] -= vv * w[kk, j]
+        for b0 in range(h0, n_bins, 64):
+            b1 = min(b0 + 64, n_bins)
+            d = 0.0
+            for k in range(b0, b1):
+                d += abs(np.float64(rows[r, k]) - np.float64(ik[r, k]))
+            if d == 0.0:
+                continue
+            for k in range(b0, b1):
+                v = rows[r, k]
+                if v != ik[r, k]:
+                    vv = np.float64(v)
+                    kk = k - h0
+                    for j in range(n_cols):
+                        hi[r, j] -= vv * np.float64(w[kk, j])
 
 
 def subtract_pruned(
     hi: np.ndarray, rows: np.ndarray, ik: np.ndarray, h0: int, w: np.ndarray
 ) -> None:
     """``hi[r] -= sum_k rows[r, h0 + k] w[k]`` over the pruned components (``rows != 0``,
-    ``ik == 0``) of each row ``r``, in place; ``hi (N, W)`` and ``w (K - h0, W)`` float64,
-    ``rows``/``ik`` ``(N, K)``. Sparse: a row costs one ``W``-long update per pruned component
-    (typically about one per frame), not a product with every component pruned in any row."""
+    ``ik == 0``) of each row ``r``, in place; ``hi (N, W)`` float64, ``w (K - h0, W)`` float64
+    or float32 (products formed in float64), ``rows``/``ik`` ``(N, K)``. Sparse: a row costs
+    one ``W``-long update per pruned component (typically about one per frame), not a product
+    with every component pruned in any row."""
     _subtract_pruned(hi, np.ascontiguousarray(rows), np.ascontiguousarray(ik), int(h0), w)
 
 
