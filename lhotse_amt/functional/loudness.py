@@ -593,20 +593,14 @@ class FastExcitation:
         return out.reshape(*lead, self.n_channels)
 
     def _lower(self, ik: np.ndarray, y: Tensor) -> np.ndarray:
-        # lower skirt with the slope factors computed in the kernel from the levels per ERB
-        # (the first 960 columns of y); same values as lower_skirt_numpy(ik, slope(y), ...)
+        # lower skirt; the kernel computes each kept component's lower-slope factor
+        # s = p_l / p = 1 - 0.35 / p(1 kHz) (X - 51) from its level per ERB
+        # X = 10 log10(max(., 1e-30)) (the first 960 columns of y)
         from lhotse_amt.kernels.loudness import lower_skirt_numpy
 
         level = y.numpy()[:, :N_BINS]
         slope = (1.0 + 51.0 * _SLOPE_BETA, -10.0 * _SLOPE_BETA)
         return lower_skirt_numpy(ik, level, self.p, self.fc, self.f, self.n_below, slope)
-
-    @staticmethod
-    def slope(y: Tensor) -> Tensor:
-        """Lower-slope factors ``s = p_l / p = 1 - 0.35 / p(1 kHz) (X - 51)`` (in place on the
-        first 960 columns of ``y``, the level per ERB ``X = 10 log10(max(., 1e-30))``)."""
-        s = y[:, :N_BINS].clamp_min_(1e-30)
-        return s.log10_().mul_(-10.0 * _SLOPE_BETA).add_(1.0 + 51.0 * _SLOPE_BETA)
 
     def specific_loudness_frames(
         self,
