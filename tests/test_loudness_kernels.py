@@ -126,12 +126,14 @@ def test_lower_skirt_kernel_matches_numpy(slopes):
     m = L.excitation_matrices(fc, "moore2016")
     f = np.arange(1, 961) * 15.625
     rng = np.random.default_rng(1)
-    inten = rng.random((4, 960)) * 1e5
-    inten[:, 3::5] = 0.0  # not kept
+    n = 6
+    inten = rng.random((n, 960)) * 1e5
+    inten[2:, 3::5] = 0.0  # not kept (80 %: the compacted path)
     a, b, kind = slopes
-    s = a + b * rng.standard_normal((4, 960)) if kind == "normal" else rng.uniform(a, b, (4, 960))
-    inten[0] = rng.random(960) * 1e5  # every component kept (the dense path)
-    inten[1, 500:] = 0.0  # sparse frame: only low components
+    s = a + b * rng.standard_normal((n, 960)) if kind == "normal" else rng.uniform(a, b, (n, 960))
+    # rows 0-1: every component kept (a pair of dense frames), row 3: a single dense frame
+    inten[3] = rng.random(960) * 1e5
+    inten[2, 500:] = 0.0  # sparse frame: only low components
     v = np.maximum(s[:, :, None] * m["lower_h"][None], -80.0)
     below = f[:, None] < fc[None, :]
     ref = (inten[:, :, None] * (1 - v) * np.exp(v) * below).sum(1)
@@ -145,7 +147,7 @@ def test_lower_skirt_kernel_matches_numpy(slopes):
         scale = np.abs(ref).max(axis=1, keepdims=True)
         assert (np.abs(got - ref) / scale).max() < tol
         if np.all((level > 1e-30) & (level < 1e30)):  # levels representable in float32
-            wide = np.concatenate([level, np.ones((4, 7))], axis=1).astype(dt)  # strided view
+            wide = np.concatenate([level, np.ones((n, 7))], axis=1).astype(dt)  # strided view
             got_lv = lower_skirt_numpy(
                 inten.astype(dt), wide[:, :960], L.roex_p(fc), fc, f, m["n_below"], (sa, sb)
             )
