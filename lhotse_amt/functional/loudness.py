@@ -177,23 +177,33 @@ def _window_and_scale(variant: str, i: int) -> tuple[np.ndarray, float]:
     return w, math.sqrt(2.0 / (N_FFT * np.sum(w**2))) / P0
 
 
-def sliding_plans(variant: str, min_length: int = 512) -> dict[int, tuple]:
+def sliding_plans(variant: str, min_length: int | None = None) -> dict[int, tuple]:
     """Sliding-DFT plans (:func:`lhotse_amt.kernels.loudness_fused.sliding_plan`) of the
-    analysis windows of at least ``min_length`` samples, keyed by window length.
+    analysis windows that are cheaper by the sliding recursion, keyed by window length.
 
-    For these long windows the sliding recursion costs a few operations per frame and
-    frequency instead of ``L`` (measured on one core: 2048/1024/512-sample windows 0.3-1.6 µs
-    per frame instead of 1.8-2.8 µs); shorter windows are cheaper as one matrix product.
-    ``"moore2016"``: symmetric Hann (three frequencies per bin); ``"gm2002"``: periodic Hann
-    (the shifted frequencies are neighbouring bins).
+    The recursion costs a fixed number of operations per frame and frequency (``nw``
+    frequencies: the band's bins and their Hann neighbours), the windowed-basis product
+    ``L`` per frame and bin. Measured on one core (per frame): sliding ~7.5 ns x ``nw``,
+    product ~0.07 ns x ``L`` x bins + 0.4 µs; by default each window takes the cheaper one
+    (``"gm2002"``, periodic Hann, shared neighbours: the 2048 … 128-sample windows;
+    ``"moore2016"``, symmetric Hann, three frequencies per bin: 2048 … 256). ``min_length``:
+    instead, every window of at least this many samples.
     """
     from lhotse_amt.kernels.loudness_fused import sliding_plan
 
     plans = {}
     for i, (length, bins) in enumerate(zip(WINDOW_LENGTHS, band_plan(variant))):
-        if length >= min_length and len(bins):
-            scale = _window_and_scale(variant, i)[1]
-            plans[length] = sliding_plan(length, bins, variant != "moore2016", scale, HOP, N_FFT)
+        if not len(bins):
+            continue
+        scale = _window_and_scale(variant, i)[1]
+        plan = sliding_plan(length, bins, variant != "moore2016", scale, HOP, N_FFT)
+        n_freq = plan[3].shape[1]
+        if min_length is None:
+            use = 7.5 * n_freq <= 0.07 * length * len(bins) + 400.0
+        else:
+            use = length >= min_length
+        if use:
+            plans[length] = plan
     return plans
 
 

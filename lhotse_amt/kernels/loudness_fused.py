@@ -256,17 +256,19 @@ def _subtract_pruned(hi, rows, ik, h0, w):  # pragma: no cover - compiled
     n_cols = hi.shape[1]
     for r in range(n_rows):
         for b0 in range(h0, n_bins, 64):
-            b1 = min(b0 + 64, n_bins)
+            # unsigned indices: no negative-index wraparound, so the scan vectorises
+            u0 = np.uint64(b0)
+            u1 = np.uint64(min(b0 + 64, n_bins))
             d = 0.0
-            for k in range(b0, b1):
+            for k in range(u0, u1):
                 d += abs(np.float64(rows[r, k]) - np.float64(ik[r, k]))
             if d == 0.0:
                 continue
-            for k in range(b0, b1):
+            for k in range(u0, u1):
                 v = rows[r, k]
                 if v != ik[r, k]:
                     vv = np.float64(v)
-                    kk = k - h0
+                    kk = k - np.uint64(h0)
                     for j in range(n_cols):
                         hi[r, j] -= vv * np.float64(w[kk, j])
 
@@ -284,11 +286,14 @@ def subtract_pruned(
 
 @njit(cache=True, nogil=True)
 def _power_into(y, nb, lo, out):  # pragma: no cover - compiled
+    # unsigned offsets: numba then emits no negative-index wraparound, so the loop vectorises
+    unb = np.uint64(nb)
+    ulo = np.uint64(lo)
     for r in range(y.shape[0]):
-        for i in range(nb):
+        for i in range(unb):
             a = y[r, i]
-            b = y[r, nb + i]
-            out[r, lo + i] = a * a + b * b
+            b = y[r, unb + i]
+            out[r, ulo + i] = a * a + b * b
 
 
 def power_into(y: np.ndarray, lo: int, out: np.ndarray) -> None:
@@ -305,13 +310,14 @@ def _autocorr(zp, start, hop, n_frames, window, out):  # pragma: no cover - comp
     y = np.empty(length, np.float64)
     for r in range(n_rows):
         for fr in range(n_frames):
-            t0 = start + hop * fr
+            t0 = np.uint64(start + hop * fr)  # unsigned: no wraparound checks (vectorised)
             for n in range(length):
-                y[n] = np.float64(zp[r, t0 + n]) * window[n]
+                y[n] = np.float64(zp[r, t0 + np.uint64(n)]) * window[n]
             for tau in range(length):
                 acc = 0.0
-                for n in range(length - tau):
-                    acc += y[n] * y[n + tau]
+                ut = np.uint64(tau)
+                for n in range(np.uint64(length) - ut):
+                    acc += y[n] * y[n + ut]
                 out[r, fr, tau] = acc
 
 
@@ -415,7 +421,10 @@ def _sliding_power(h, n_frames, nbl, rot, wts, offs, nb, lo, refresh, out):  # p
     xi = np.empty(nw, np.float64)
     step_re = np.empty(nw, np.float64)  # exp(-i w hop b) while re-summing
     step_im = np.empty(nw, np.float64)
-    o0, o1, o2 = offs[0], offs[1], offs[2]
+    # unsigned offsets: no negative-index wraparound code, so the loops vectorise
+    o0, o1, o2 = np.uint64(offs[0]), np.uint64(offs[1]), np.uint64(offs[2])
+    unw = np.uint64(nw)
+    ulo = np.uint64(lo)
     w0, w1, w2 = wts[0], wts[1], wts[2]
     for r in range(n_rows):
         for f in range(n_frames):
@@ -427,22 +436,22 @@ def _sliding_power(h, n_frames, nbl, rot, wts, offs, nb, lo, refresh, out):  # p
                     step_im[j] = 0.0
                 for b in range(nbl):
                     for j in range(nw):
-                        a, c = h[r, f + b, j], h[r, f + b, nw + j]
+                        a, c = h[r, f + b, j], h[r, f + b, unw + j]
                         pr, pi = step_re[j], step_im[j]
                         xr[j] += a * pr - c * pi
                         xi[j] += a * pi + c * pr
                         step_re[j] = pr * rot[0, j] + pi * rot[1, j]
                         step_im[j] = pi * rot[0, j] - pr * rot[1, j]
             row = r * n_frames + f
-            for i in range(nb):
+            for i in range(np.uint64(nb)):
                 yr = w0 * xr[o0 + i] + w1 * xr[o1 + i] + w2 * xr[o2 + i]
                 yi = w0 * xi[o0 + i] + w1 * xi[o1 + i] + w2 * xi[o2 + i]
-                out[row, lo + i] = yr * yr + yi * yi
+                out[row, ulo + i] = yr * yr + yi * yi
             if f + 1 < n_frames:
                 for j in range(nw):
-                    hr, hi = h[r, f + nbl, j], h[r, f + nbl, nw + j]
+                    hr, hi = h[r, f + nbl, j], h[r, f + nbl, unw + j]
                     dr = xr[j] - h[r, f, j] + (rot[2, j] * hr - rot[3, j] * hi)
-                    di = xi[j] - h[r, f, nw + j] + (rot[2, j] * hi + rot[3, j] * hr)
+                    di = xi[j] - h[r, f, unw + j] + (rot[2, j] * hi + rot[3, j] * hr)
                     xr[j] = rot[0, j] * dr - rot[1, j] * di
                     xi[j] = rot[0, j] * di + rot[1, j] * dr
 
