@@ -492,11 +492,13 @@ class FastExcitation:
       float64), minus the components removed by the pruning rule, which cuts the dominant
       product by a factor of about three;
     * lower skirt (level dependent, one exponential per component/channel pair): the fused
-      numba kernel :func:`lhotse_amt.kernels.loudness.lower_skirt`;
+      numba kernel :func:`lhotse_amt.kernels.loudness.lower_skirt`, which also computes the
+      components' lower-slope factors from their levels per ERB;
     * :meth:`specific_loudness_frames`: the whole no-grad chain from the ear-filtered signal to
       the specific loudness, chunked over frames (temporaries stay in cache) with the floor of
       the excitation and the specific loudness in one kernel
-      (:func:`lhotse_amt.kernels.loudness_fused.specific_loudness_tail`).
+      (:func:`lhotse_amt.kernels.loudness_fused.specific_loudness_tail`); the long analysis
+      windows of the spectrum by the sliding DFT (:func:`sliding_plans`).
 
     No truncation of the roex weights beyond the reference's own (``u <= 80``, ``g <= 4``,
     weights < 1e-30 set to 0), so the results agree with the torch path to float rounding
