@@ -177,14 +177,6 @@ def _skirt_term32(y, i, il):  # pragma: no cover - compiled
     return e * (i - il * y)
 
 
-@njit(inline="always", fastmath=_FM, error_model="numpy")
-def _slope32(v, sa, sb):  # pragma: no cover - compiled
-    # slope factor of a component: v itself, or sa + sb log2(max(X, 1e-30)) for a level X
-    if sb == 0.0:
-        return v
-    return np.float32(sa + sb * _log2_pos32(max(v, _TINY_32)))
-
-
 @njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
 def _levels_to_slopes(x, sa, sb):  # pragma: no cover - compiled
     # x <- sa + sb log2(max(x, 1e-30)) (float32 array, contiguous: vectorised)
@@ -216,22 +208,25 @@ def _dense_row32(inten, s, fr, kmax, sa, sb, ig, il, sg):  # pragma: no cover - 
 
 @njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
 def _compact_row32(inten, s, fr, kmax, sa, sb, f, ig, il, sg, fg, kg):  # pragma: no cover
-    # kept components only (sparse spectra: tones), compacted to [_PAD, _PAD + n)
+    # kept components only (sparse spectra: tones), compacted to [_PAD, _PAD + n); levels are
+    # turned into slope factors afterwards, in one vectorised pass over the kept ones
     n = 0
-    smin = _ONE_32
-    smax = _ZERO_32
     for k in range(kmax):
         v = inten[fr, k]
         if v > _ZERO_32:
-            sk = _slope32(s[fr, k], sa, sb)
             ig[_PAD + n] = v
             il[_PAD + n] = v * _LN2_32
-            sg[_PAD + n] = sk
+            sg[_PAD + n] = s[fr, k]
             fg[_PAD + n] = f[k]
             kg[n] = k
             n += 1
-            smin = min(smin, sk)
-            smax = max(smax, sk)
+    if sb != 0.0 and n > 0:
+        _levels_to_slopes(sg[_PAD : _PAD + n], sa, sb)
+    smin = _ONE_32
+    smax = _ZERO_32
+    for k in range(_PAD, _PAD + n):
+        smin = min(smin, sg[k])
+        smax = max(smax, sg[k])
     return n, smin, smax
 
 
