@@ -86,13 +86,18 @@ def agc_numba_cols(x: torch.Tensor, attack: float, release: float) -> torch.Tens
     same values as :func:`agc_numba` on the transposed rows, without transposing copies."""
     if x.dim() != 3:
         raise ValueError(f"expected (N, T, C), got {tuple(x.shape)}")
+    return _run(_agc_kernel_cols, x, attack, release)
+
+
+def _run(kernel, x: torch.Tensor, attack: float, release: float) -> torch.Tensor:
+    # x -> contiguous float numpy array, kernel(x, attack, release, 0, y) in its dtype
     xn = np.ascontiguousarray(x.detach().cpu().numpy())
     if xn.dtype not in (np.float32, np.float64):
         raise ValueError(f"unsupported dtype {xn.dtype}")
     y = np.empty_like(xn)
     if xn.size:
         t = xn.dtype.type
-        _agc_kernel_cols(xn, t(attack), t(release), t(0.0), y)
+        kernel(xn, t(attack), t(release), t(0.0), y)
     return torch.from_numpy(y).to(x.device)
 
 
@@ -114,14 +119,7 @@ def agc_numba(x: torch.Tensor, attack: float, release: float) -> torch.Tensor:
     """AGC of each row of ``x (N, T)`` on the CPU with the numba kernel."""
     if x.dim() != 2:
         raise ValueError(f"expected (N, T), got {tuple(x.shape)}")
-    xn = np.ascontiguousarray(x.detach().cpu().numpy())
-    if xn.dtype not in (np.float32, np.float64):
-        raise ValueError(f"unsupported dtype {xn.dtype}")
-    y = np.empty_like(xn)
-    if xn.shape[1] > 0:
-        t = xn.dtype.type
-        _agc_kernel(xn, t(attack), t(release), t(0.0), y)
-    return torch.from_numpy(y).to(x.device)
+    return _run(_agc_kernel, x, attack, release)
 
 
 try:  # pragma: no cover - optional dependency

@@ -232,8 +232,7 @@ def _compact_row32(inten, s, fr, kmax, sa, sb, f, ig, il, sg, fg, kg):  # pragma
 
 
 @njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
-def _compact_pair32(inten, s, fr, kmax, sa, sb, f, ig, il, sg, ig2, il2, sg2, fg, kg):
-    # pragma: no cover - compiled
+def _compact_pair32(inten, s, fr, kmax, sa, sb, f, ig, il, sg, ig2, il2, sg2, fg, kg):  # noqa: E501  # pragma: no cover
     # the components kept in frame fr or fr + 1 (a tone's are nearly the same in both),
     # compacted to [_PAD, _PAD + n) for both frames; a component absent from one frame has
     # intensity 0 and slope 1 there (a finite term times zero)
@@ -268,6 +267,20 @@ def _compact_pair32(inten, s, fr, kmax, sa, sb, f, ig, il, sg, ig2, il2, sg2, fg
     return n, smin, smax
 
 
+@njit(inline="always")
+def _channel_ends(dense, kc, kmax, kg, n, jc):  # pragma: no cover - compiled
+    # number of laid-out components below each channel centre: all below it (dense rows),
+    # else the kept ones (kg: their bin indices, ascending)
+    j = 0
+    for c in range(kc.shape[0]):
+        if dense:
+            j = min(kc[c], kmax)
+        else:
+            while j < n and kg[j] < kc[c]:
+                j += 1
+        jc[c] = j
+
+
 @njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
 def _lower32(inten, s, sa, sb, p2, q2, f, kc, out):  # pragma: no cover - compiled
     # p2, q2: p and q times log2(e), so y = s (q2 f - p2) = v log2(e). Components are laid
@@ -299,6 +312,7 @@ def _lower32(inten, s, sa, sb, p2, q2, f, kc, out):  # pragma: no cover - compil
     ig2 = np.zeros(n_bins + _PAD, np.float32)  # second frame of a pair
     il2 = np.zeros(n_bins + _PAD, np.float32)
     sg2 = np.ones(n_bins + _PAD, np.float32)
+    jc = np.empty(n_ch, np.int64)  # components summed per channel
     dense = np.empty(n_frames, np.bool_)
     cnt = np.empty(n_frames, np.int64)
     for fr in range(n_frames):
@@ -328,6 +342,7 @@ def _lower32(inten, s, sa, sb, p2, q2, f, kc, out):  # pragma: no cover - compil
                 smin2, smax2 = _dense_row32(inten, s, fr + 1, kmax, sa, sb, ig2, il2, sg2)
                 smin = min(smin, smin2)
                 smax = max(smax, smax2)
+                n = kmax
                 ff = fd
             else:
                 n, smin, smax = _compact_pair32(
@@ -335,13 +350,9 @@ def _lower32(inten, s, sa, sb, p2, q2, f, kc, out):  # pragma: no cover - compil
                 )
                 ff = fg
             clamp = not (smin >= _ZERO_32 and smax * p2max < -_YMIN_32)
-            j = 0
+            _channel_ends(dense[fr], kc, kmax, kg, n, jc)
             for c in range(n_ch):
-                if dense[fr]:
-                    j = min(kc[c], kmax)
-                else:
-                    while j < n and kg[j] < kc[c]:
-                        j += 1
+                j = jc[c]
                 pc = p2[c]
                 qc = q2[c]
                 acc = _ZERO_32
@@ -372,13 +383,9 @@ def _lower32(inten, s, sa, sb, p2, q2, f, kc, out):  # pragma: no cover - compil
             n, smin, smax = _compact_row32(inten, s, fr, kmax, sa, sb, f, ig, il, sg, fg, kg)
             ff = fg
         clamp = not (smin >= _ZERO_32 and smax * p2max < -_YMIN_32)
-        j = 0
+        _channel_ends(dense[fr], kc, kmax, kg, n, jc)
         for c in range(n_ch):
-            if dense[fr]:
-                j = min(kc[c], kmax)
-            else:
-                while j < n and kg[j] < kc[c]:
-                    j += 1
+            j = jc[c]
             pc = p2[c]
             qc = q2[c]
             acc = _ZERO_32
