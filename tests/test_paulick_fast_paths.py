@@ -33,11 +33,14 @@ def test_fused_decimation_equals_decimating_the_adaptation_output(dtype):
         ref, rs = m.resampler(ad["adaptation"], None, return_state=True)
     y = fused["resampled"]
     assert y.dtype == dtype and y.shape == ref.shape == (2, 5, math.ceil(5001 / 4))
-    tol = 1e-12 if dtype == torch.float64 else 1e-6
+    # float64: the fused kernel's fused multiply-adds change last bits, which the
+    # low-frequency DRNL sections and the adaptation loops amplify to ~1e-11 relative
+    tol = 1e-10 if dtype == torch.float64 else 1e-6
     assert float((y - ref).abs().max()) <= tol * float(ref.abs().max())
     # the decimator state has the stage-wise layout and values (interchangeable)
     assert fs["resampled"]["t"] == rs["t"] == 5001
-    assert torch.equal(fs["resampled"]["hist"], rs["hist"])
+    h, hr = fs["resampled"]["hist"], rs["hist"]
+    assert h.shape == hr.shape and float((h - hr).abs().max()) <= tol * float(ref.abs().max())
 
 
 def test_fused_decimation_streams_bit_exactly():
@@ -171,3 +174,47 @@ def test_modulation_kernel_matches_torch_and_streams_bit_exactly(dtype, wide):
     # padded bands are exact zeros
     for c, n in enumerate(mb.n_bands.tolist()):
         assert torch.all(fast[:, c, n:] == 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("n_channels", [1, 9, 50, 70])
+def test_register_kernel_equals_channel_vectorised_kernel(dtype, n_channels, monkeypatch):
+    # the front end with its states in vector registers (kernels.paulick_simd: blocks of 8
+    # channels, groups of blocks, padding lanes) against the channel-vectorised kernel:
+    # outputs and every returned state
+    m = Paulick2024(n_channels=n_channels, dtype=dtype)
+    x = _noise(3001).to(dtype) * 3.0
+    runs = []
+    for simd in (False, True):
+        monkeypatch.setattr(paulick, "_SIMD", simd)
+        with torch.inference_mode():
+            o1, s1 = m.stream(x[:, :1700], None, "resampled")
+            o2, s2 = m.stream(x[:, 1700:], s1, "resampled")
+        runs.append((torch.cat([o1["resampled"], o2["resampled"]], -1), s2))
+    (ref, rs), (new, ns) = runs
+    tol = 1e-10 if dtype == torch.float64 else 1e-5
+    scale = float(ref.abs().max())
+    assert new.shape == ref.shape and float((new - ref).abs().max()) <= tol * scale
+    for k in ("lin", "nl1", "nl2"):
+        torch.testing.assert_close(ns["drnl"][k], rs["drnl"][k], rtol=1e-9, atol=1e-15)
+    torch.testing.assert_close(ns["ihc"], rs["ihc"], rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(ns["adaptation"], rs["adaptation"], rtol=1e-7, atol=1e-12)
+    assert ns["resampled"]["t"] == rs["resampled"]["t"] == 3001
+    h_ref, h_new = rs["resampled"]["hist"], ns["resampled"]["hist"]
+    assert float((h_new - h_ref).abs().max()) <= tol * scale
+
+
+def test_register_kernel_exp_within_two_ulp():
+    from lhotse_amt.kernels.simd import vector_exp
+
+    x = np.concatenate([np.linspace(-700, 700, 20001), np.linspace(-1, 1, 10001)])
+    y = vector_exp(x)
+    ref = np.exp(x)
+    assert np.all(np.abs(y - ref) <= 2 * np.spacing(ref))
+    # float32 exp on [-37.5, 0] (the float32 overshoot limiter)
+    from lhotse_amt.kernels.simd import vector_exp32_nonpos
+
+    u = np.linspace(-37.5, 0, 30001).astype(np.float32)
+    e = vector_exp32_nonpos(u)
+    assert e.dtype == np.float32
+    assert np.max(np.abs(e / np.exp(u.astype(np.float64)) - 1)) < 3e-7

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from . import paulick_simd
 from .cpu import _threads
 from .fastmath import (
     denormals_off,
@@ -61,6 +62,9 @@ __all__ = [
     "HAS_TRITON",
     "triton_available",
 ]
+
+#: use :mod:`lhotse_amt.kernels.paulick_simd` where it applies (``LHOTSE_AMT_SIMD=0``: never)
+_SIMD = os.environ.get("LHOTSE_AMT_SIMD", "1") != "0"
 
 _NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
 # the fused front end may contract a * b + c into fused multiply-adds (one rounding instead
@@ -717,7 +721,12 @@ def frontend(
         kargs = [_pad_channels(t, cp) for t in args]
         kzs = [_pad_channels(z, cp) for z in zs]
         kw, kaa, kmm, ks, khist = (_pad_channels(t, cp) for t in (w, aa, mm, s, hist))
-        _frontend_kernel(
+        # with a decimator and the exponent 1/4, the kernel that keeps each block of 8
+        # channels' states in registers (same recursion, ~2-3x faster)
+        kernel = _frontend_kernel
+        if _SIMD and paulick_simd.supported(c, R):
+            kernel = paulick_simd.frontend_kernel
+        kernel(
             xn,
             *kargs,
             dt.type(c),

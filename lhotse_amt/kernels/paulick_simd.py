@@ -1,0 +1,456 @@
+"""The fused Paulick et al. (2024) front end with its states in vector registers.
+
+DRNL -> IHC -> adaptation loops -> FIR decimator: the recursion of
+:func:`lhotse_amt.kernels.paulick.frontend` (its channel-vectorised kernel keeps every
+filter state in memory, and loads and stores, not arithmetic, set its speed). Here the
+channels are cut into blocks of 8 (one float64 vector, :mod:`lhotse_amt.kernels.simd`) and
+groups of up to ``_GROUP`` blocks; each group runs over the signal in chunks of ``_CHUNK``
+samples, in three passes per chunk:
+
+1. DRNL, block by block, with the block's 26 filter states in registers for the whole
+   chunk (time innermost), into a small buffer ``(K - 1 + chunk, G, 8)``;
+2. IHC and adaptation loops in place on the buffer, the group's blocks side by side (the
+   adaptation loops are a serial chain of divisions and limiter evaluations per sample;
+   independent blocks fill the pipeline while one waits);
+3. the FIR decimator at the kept samples ``n = R m`` only, reading the buffer (whose first
+   ``K - 1`` rows hold the previous values, so no ring is needed).
+
+The code is generated per structure (numbers of DRNL sections per path, adaptation loops,
+decimator taps and factor, group size, limiter and float32-rounding flags; numba caches each
+on disk), for the broken-stick exponent 1/4 of every DRNL parameter set in this package;
+other exponents, and the stage-wise outputs, use the channel-vectorised kernel.
+
+Each output sample's arithmetic is that of the channel-vectorised kernel in the same order,
+with explicit fused multiply-adds (results agree to a few ulp before the low-frequency DRNL
+sections and the adaptation loops amplify last-bit differences, to ~1e-11 relative in
+float64). Two differences in form: the overshoot limiter is evaluated for every lane and
+selected where ``x > 1`` (no branch), and the decimator sums its taps phase by phase (taps
+``q = p, p + R, ...`` of each phase ``p``, then the ``R`` partial sums in phase order, the
+grouping of the stage-wise :func:`lhotse_amt.kernels.paulick.fir`). Every output has one
+fixed operation order, so chunked and one-shot processing agree bit for bit.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import literally, njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .fastmath import denormals_off, restore_fp_mode
+from .simd import WIDTH, VecBuilder, array_ptr, wide_function
+
+__all__ = ["supported", "frontend_kernel"]
+
+_NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
+_I64 = ir.IntType(64)
+_N_IHC = 12  # scale, gmax, x0, 1/s0, 1/s1, zmax, dt/Cm, Gkf, Gks, dEP, dKf, dKs
+_N_LOOP = 6  # per adaptation loop: a, 1 - a, 2 m, m - 1, -2 / m, m
+
+
+def _layout(SL: int, S1: int, S2: int, J: int) -> dict[str, int]:
+    """Row offsets of the parameter block ``P (NP, 8)`` and the state block ``Z (NZ, 8)``."""
+    o: dict[str, int] = {"g": 0, "lin": 1}
+    o["nl1"] = o["lin"] + 5 * SL
+    o["nl2"] = o["nl1"] + 5 * S1
+    o["stick"] = o["nl2"] + 5 * S2  # a, b
+    o["ihc"] = o["stick"] + 2
+    o["loops"] = o["ihc"] + _N_IHC
+    o["out"] = o["loops"] + _N_LOOP * J  # minlvl, c0, scale
+    o["NP"] = o["out"] + 3
+    o["zlin"] = 0
+    o["z1"] = 2 * SL
+    o["z2"] = o["z1"] + 2 * S1
+    o["w"] = o["z2"] + 2 * S2
+    o["s"] = o["w"] + 1
+    o["NZ"] = o["s"] + J
+    return o
+
+
+def _lits(*ts):  # noqa: ANN001, ANN202
+    """The values of integer-literal types, or None when one is not a literal."""
+    if not all(isinstance(t, types.IntegerLiteral) for t in ts):
+        return None
+    return tuple(int(t.literal_value) for t in ts)
+
+
+def _sections(vb: VecBuilder, par, zslots, v, off: int, zoff: int, n: int):  # noqa: ANN001, ANN202
+    """``n`` transposed-direct-form-II biquads in series on ``v``: ``o = b0 w + z0``,
+    ``z0 = b1 w - a1 o + z1``, ``z1 = b2 w - a2 o`` (parameter rows ``off + 5 s + (b0, b1,
+    b2, -a1, -a2)``, state slots ``zoff + 2 s + (0, 1)``)."""
+    b = vb.b
+    for s in range(n):
+        b0, b1, b2, na1, na2 = (par(off + 5 * s + i) for i in range(5))
+        z0s, z1s = zslots[zoff + 2 * s], zslots[zoff + 2 * s + 1]
+        z0, z1 = b.load(z0s), b.load(z1s)
+        o = vb.fma(b0, v, z0)
+        b.store(vb.fma(b1, v, vb.fma(na1, o, z1)), z0s)
+        b.store(vb.fma(na2, o, vb.mul(b2, v)), z1s)
+        v = o
+    return v
+
+
+def _state_slots(vb: VecBuilder, zp, rows: range) -> dict[int, ir.Value]:  # noqa: ANN001
+    return {i: vb.var(vb.load(zp, i)) for i in rows}
+
+
+def _store_states(vb: VecBuilder, zp, slots: dict[int, ir.Value]) -> None:  # noqa: ANN001
+    for i, slot in slots.items():
+        vb.store(vb.b.load(slot), zp, i)
+
+
+def _group_ptr(builder, base, g, n: int):  # noqa: ANN001, ANN202
+    """``base`` advanced by ``g * n`` vectors of 8 doubles (block ``g`` of a group array)."""
+    off = builder.mul(g, ir.Constant(_I64, n * WIDTH))
+    return builder.gep(base, [off])
+
+
+@intrinsic
+def _drnl8(typingctx, x, n0, nt, P, Z, buf, row0, g, G, SL, S1, S2):  # noqa: ANN001
+    """DRNL of ``x[n0 : n0 + nt]`` for block ``g`` of a group of ``G`` blocks of 8 channels:
+    ``P (G, NP, 8)`` parameters, ``Z (G, NZ, 8)`` states (updated), output into
+    ``buf (rows, G, 8)`` rows ``row0 ..``."""
+    lit = _lits(G, SL, S1, S2)
+    if lit is None:
+        return None
+    nG, nSL, nS1, nS2 = lit
+    lay = _layout(nSL, nS1, nS2, 0)
+    sig = types.none(x, n0, nt, P, Z, buf, row0, g, G, SL, S1, S2)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        wide_function(builder)
+        vb = VecBuilder(builder)
+        at = signature.args
+        xp = array_ptr(context, builder, at[0], args[0])
+        # NP / NZ do not depend on the loops: take them from the arrays' shapes
+        pa = context.make_array(at[3])(context, builder, args[3])
+        za = context.make_array(at[4])(context, builder, args[4])
+        npar = builder.extract_value(pa.shape, 1)
+        nz = builder.extract_value(za.shape, 1)
+        w8 = ir.Constant(_I64, WIDTH)
+        pp = builder.gep(
+            builder.bitcast(pa.data, ir.DoubleType().as_pointer()),
+            [builder.mul(builder.mul(args[7], npar), w8)],
+        )
+        zp = builder.gep(
+            builder.bitcast(za.data, ir.DoubleType().as_pointer()),
+            [builder.mul(builder.mul(args[7], nz), w8)],
+        )
+        bp = array_ptr(context, builder, at[5], args[5])
+        slots = _state_slots(vb, zp, range(lay["w"]))
+
+        def par(row: int) -> ir.Value:
+            return vb.load(pp, row)
+
+        gG = ir.Constant(_I64, nG)
+        with cgutils.for_range(builder, args[2]) as loop:
+            n = loop.index
+            xv = vb.splat(builder.load(builder.gep(xp, [builder.add(args[1], n)])))
+            v = _sections(vb, par, slots, vb.mul(par(lay["g"]), xv), lay["lin"], lay["zlin"], nSL)
+            u = _sections(vb, par, slots, xv, lay["nl1"], lay["z1"], nS1)
+            m = vb.fabs(u)
+            lo = vb.mul(par(lay["stick"]), m)
+            hi = vb.mul(par(lay["stick"] + 1), vb.sqrt(vb.sqrt(m)))
+            u = vb.copysign(vb.select(vb.lt(lo, hi), lo, hi), u)
+            u = _sections(vb, par, slots, u, lay["nl2"], lay["z2"], nS2)
+            row = builder.add(args[6], n)
+            vb.store(vb.add(v, u), bp, builder.add(builder.mul(row, gG), args[7]))
+        _store_states(vb, zp, slots)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _hair8(typingctx, buf, row0, nt, P, Z, G, SL, S1, S2, J, FLAGS):  # noqa: ANN001
+    """IHC and adaptation loops in place on ``buf (rows, G, 8)`` rows ``row0 .. row0 + nt``
+    for all ``G`` blocks of a group at once (the adaptation loops are a chain of divisions
+    and limiter evaluations per sample: independent blocks side by side keep the pipeline
+    full). FLAGS bit 0: overshoot limiter, bit 1: round the output to float32."""
+    lit = _lits(G, SL, S1, S2, J, FLAGS)
+    if lit is None:
+        return None
+    nG, nSL, nS1, nS2, nJ, flags = lit
+    use_limit, round32 = bool(flags & 1), bool(flags & 2)
+    lay = _layout(nSL, nS1, nS2, nJ)
+    NP, NZ = lay["NP"], lay["NZ"]
+    sig = types.none(buf, row0, nt, P, Z, G, SL, S1, S2, J, FLAGS)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        wide_function(builder)
+        vb = VecBuilder(builder)
+        vs = VecBuilder(builder, single=True)
+        at = signature.args
+        bp = array_ptr(context, builder, at[0], args[0])
+        pp = array_ptr(context, builder, at[3], args[3])
+        zp = array_ptr(context, builder, at[4], args[4])
+        slots = [_state_slots(vb, zp, range(g * NZ + lay["w"], g * NZ + NZ)) for g in range(nG)]
+        one = vb.const(1.0)
+
+        def par(g: int, row: int) -> ir.Value:
+            return vb.load(pp, g * NP + row)
+
+        with cgutils.for_range(builder, args[2]) as loop:
+            row = builder.add(args[1], loop.index)
+            base = builder.mul(row, ir.Constant(_I64, nG))
+            vv = []
+            for g in range(nG):
+                idx = builder.add(base, ir.Constant(_I64, g))
+                v = vb.load(bp, idx)
+                # IHC (Paulick et al. 2024 circuit, forward Euler step)
+                ih = [par(g, lay["ihc"] + i) for i in range(_N_IHC)]
+                scale, gmax, x0, r0, r1, zmax, kk, gkf, gks, dep, dkf, dks = ih
+                z = vb.minimum(vb.sub(x0, vb.mul(scale, v)), zmax)
+                e1 = vb.exp(vb.mul(z, r1))
+                den = vb.add(one, vb.mul(e1, vb.add(one, vb.exp(vb.mul(z, r0)))))
+                G_ = vb.div(gmax, den)
+                ws = slots[g][g * NZ + lay["w"]]
+                W = builder.load(ws)
+                cur = vb.sub(
+                    vb.sub(vb.mul(builder.fneg(G_), vb.add(W, dep)), vb.mul(gkf, vb.add(W, dkf))),
+                    vb.mul(gks, vb.add(W, dks)),
+                )
+                W = vb.fma(kk, cur, W)
+                builder.store(W, ws)
+                vv.append(vb.maximum(W, par(g, lay["out"])))
+            # adaptation loops, loop by loop, the blocks side by side
+            for j in range(nJ):
+                for g in range(nG):
+                    a_j, oma_j, m2_j, m1_j, r_j, m_j = (
+                        par(g, lay["loops"] + _N_LOOP * j + i) for i in range(_N_LOOP)
+                    )
+                    sj = slots[g][g * NZ + lay["s"] + j]
+                    s_old = builder.load(sj)
+                    xj = vb.div(vv[g], s_old)
+                    if use_limit:
+                        # the overshoot limiter for every lane, selected where x > 1
+                        over = vb.gt(xj, one)
+                        if round32:
+                            # float32 output: the correction m (1 - e) / (1 + e) in float32
+                            # (absolute error < 1e-6 on a value >= 1), as the channel-
+                            # vectorised kernel
+                            t = vb.to(vb.mul(vb.sub(xj, one), r_j), vs)
+                            t = vs.maximum(t, vs.const(-37.5))
+                            t = vs.minimum(t, vs.const(0.0))
+                            e = vs.exp32_nonpos(t)
+                            one32 = vs.const(1.0)
+                            num = vs.mul(vb.to(m_j, vs), vs.sub(one32, e))
+                            lim = vb.add(one, vs.to(vs.div(num, vs.add(one32, e)), vb))
+                        else:
+                            e = vb.exp(vb.mul(vb.sub(xj, one), r_j))
+                            lim = vb.sub(vb.div(m2_j, vb.add(one, e)), m1_j)
+                        xj = vb.select(over, lim, xj)
+                    vv[g] = xj
+                    builder.store(vb.fma(a_j, s_old, vb.mul(oma_j, xj)), sj)
+            for g in range(nG):
+                o = lay["out"]
+                v = vb.mul(vb.sub(vv[g], par(g, o + 1)), par(g, o + 2))
+                idx = builder.add(base, ir.Constant(_I64, g))
+                vb.store(vb.round_to_f32(v) if round32 else v, bp, idx)
+        for g in range(nG):
+            _store_states(vb, zp, slots[g])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _decim8(typingctx, buf, first, count, wd, yb, i0, g, G, R, K):  # noqa: ANN001
+    """Block ``g`` of ``buf (rows, G, 8)``: ``yb[g, i0 + o] = sum_q wd[q] buf[first + o R
+    + q, g]`` for ``o < count`` (``yb (G, M, 8)``): the taps of each phase ``p`` in order,
+    then the phases in order."""
+    lit = _lits(G, R, K)
+    if lit is None:
+        return None
+    nG, nR, nK = lit
+    sig = types.none(buf, first, count, wd, yb, i0, g, G, R, K)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        wide_function(builder)
+        vb = VecBuilder(builder)
+        at = signature.args
+        bp = array_ptr(context, builder, at[0], args[0])
+        wp = array_ptr(context, builder, at[3], args[3])
+        ya = context.make_array(at[4])(context, builder, args[4])
+        M = builder.extract_value(ya.shape, 1)
+        yp = builder.bitcast(ya.data, ir.DoubleType().as_pointer())
+        ybase = builder.add(builder.mul(args[6], M), args[5])
+        gG = ir.Constant(_I64, nG)
+        taps = [vb.splat(builder.load(builder.gep(wp, [ir.Constant(_I64, q)]))) for q in range(nK)]
+        with cgutils.for_range(builder, args[2]) as loop:
+            o = loop.index
+            base = builder.add(args[1], builder.mul(o, ir.Constant(_I64, nR)))
+            total = None
+            for ph in range(nR):
+                acc = None
+                for q in range(ph, nK, nR):
+                    row = builder.add(base, ir.Constant(_I64, q))
+                    rq = vb.load(bp, builder.add(builder.mul(row, gG), args[6]))
+                    acc = vb.mul(taps[q], rq) if acc is None else vb.fma(taps[q], rq, acc)
+                if acc is not None:
+                    total = acc if total is None else vb.add(total, acc)
+            vb.store(total, yp, builder.add(ybase, o))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+#: most blocks of 8 channels per group. The adaptation loops are a chain of divisions and
+#: limiter evaluations per sample: one block alone leaves the pipeline mostly waiting
+#: (measured, 50 channels: hair-cell pass 0.10 s per second of audio with 1 block per
+#: group, 0.05 with 2, 0.04 with 4, 0.03 with all 7). A group is one task of the
+#: ``prange``: with several threads, small batches parallelise over fewer tasks.
+_GROUP = 8
+
+#: samples per pass of each group (its buffer, (K - 1 + _CHUNK) x G x 8 float64, stays
+#: in the L1/L2 caches)
+_CHUNK = 128
+
+
+@njit(parallel=True, **_NOPY)
+def _blocks_kernel(x, P, Z, hist, wd, y, j0, G, SL, S1, S2, J, K, R, FLAGS):  # pragma: no cover
+    literally(G)
+    literally(SL)
+    literally(S1)
+    literally(S2)
+    literally(J)
+    literally(K)
+    literally(R)
+    literally(FLAGS)
+    N, T = x.shape
+    NG = P.shape[0] // G
+    Cy = y.shape[1]
+    M = y.shape[2]
+    H = K - 1
+    for t in prange(N * NG):
+        r = t // NG
+        b0 = (t - r * NG) * G
+        fp = denormals_off()
+        Pg = P[b0 : b0 + G]
+        Zg = Z[r, b0 : b0 + G]
+        buf = np.empty((H + _CHUNK, G, 8))
+        for g in range(G):
+            buf[:H, g] = hist[r, b0 + g]
+        yb = np.empty((G, M, 8))
+        nxt = j0
+        i = 0
+        for c0 in range(0, T, _CHUNK):
+            tc = min(_CHUNK, T - c0)
+            for g in range(G):
+                _drnl8(x[r], c0, tc, Pg, Zg, buf, H, g, G, SL, S1, S2)
+            _hair8(buf, H, tc, Pg, Zg, G, SL, S1, S2, J, FLAGS)
+            first = nxt - c0
+            if first < tc:
+                cnt = (tc - 1 - first) // R + 1
+                for g in range(G):
+                    _decim8(buf, first, cnt, wd, yb, i, g, G, R, K)
+                i += cnt
+                nxt += cnt * R
+            for q in range(H):  # the last K - 1 values to the front (forward: no overlap)
+                for g in range(G):
+                    for lane in range(8):
+                        buf[q, g, lane] = buf[tc + q, g, lane]
+        for g in range(G):
+            hist[r, b0 + g] = buf[:H, g]
+            for lane in range(8):
+                k = (b0 + g) * 8 + lane
+                if k < Cy:
+                    for ii in range(M):
+                        y[r, k, ii] = yb[g, ii, lane]
+        restore_fp_mode(fp)
+
+
+#: compiled entry points of :func:`_blocks_kernel` per argument types and structure: a
+#: dispatcher call with ``literally`` arguments costs ~0.1 s of type resolution every time
+_ENTRY: dict[tuple, object] = {}
+
+
+def _call_literal(disp, args: tuple, n_lit: int) -> None:  # noqa: ANN001
+    """``disp(*args)`` whose last ``n_lit`` arguments are ``literally`` integers, through
+    the compiled entry point once that specialisation exists."""
+    key = tuple(numba.typeof(a) for a in args[:-n_lit]) + tuple(int(v) for v in args[-n_lit:])
+    ep = _ENTRY.get(key)
+    if ep is not None:
+        ep(*args)
+        return
+    disp(*args)
+    want = key[:-n_lit] + tuple(types.IntegerLiteral(int(v)) for v in args[-n_lit:])
+    for sig, cres in disp.overloads.items():
+        if tuple(sig) == want:
+            _ENTRY[key] = cres.entry_point
+
+
+def supported(c: float, R: int) -> bool:
+    """The register kernel applies: broken-stick exponent 1/4 and a decimator (``R >= 1``)."""
+    return float(c) == 0.25 and int(R) >= 1
+
+
+def _blocks(a: np.ndarray) -> np.ndarray:
+    """``(..., rows, Cp)`` -> ``(..., Cp / 8, rows, 8)`` (C-contiguous)."""
+    *lead, rows, cp = a.shape
+    b = a.reshape(*lead, rows, cp // WIDTH, WIDTH)
+    return np.ascontiguousarray(np.moveaxis(b, -2, -3))
+
+
+def _unblock(b: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`_blocks`."""
+    *lead, nb, rows, w = b.shape
+    return np.moveaxis(b, -3, -2).reshape(*lead, rows, nb * w)
+
+
+def frontend_kernel(
+    x, g, lin, nl1, nl2, a, b, c, zl, z1, z2, p, w, aa, mm, s,
+    minlvl, use_limit, c0, sc, wd, hist, j0, R, round32, y,
+) -> None:  # fmt: skip
+    """Drop-in for :func:`lhotse_amt.kernels.paulick._frontend_kernel` with ``R >= 1`` and
+    ``c = 1/4`` (same arguments: channel axis padded to a multiple of 8, states updated in
+    place, ``y (N, C, M)`` written)."""
+    N, T = x.shape
+    SL, S1, S2 = lin.shape[1], nl1.shape[1], nl2.shape[1]
+    J = aa.shape[0]
+    K = wd.shape[0]
+    cp = g.shape[0]
+    lay = _layout(SL, S1, S2, J)
+
+    def sec_rows(cf: np.ndarray) -> np.ndarray:  # (5, S, Cp) b0 b1 b2 a1 a2 -> (5 S, Cp)
+        r = cf.copy()
+        r[3:] = -r[3:]
+        return r.transpose(1, 0, 2).reshape(-1, cp)
+
+    rows = [g[None], sec_rows(lin), sec_rows(nl1), sec_rows(nl2), a[None], b[None]]
+    rows.append(np.repeat(np.asarray(p, np.float64)[:, None], cp, 1))
+    for j in range(J):
+        rows.append(np.stack([aa[j], 1.0 - aa[j], 2.0 * mm[j], mm[j] - 1.0, -2.0 / mm[j], mm[j]]))
+    rows.append(np.repeat(np.array([[minlvl], [c0], [sc]], np.float64), cp, 1))
+    Pm = np.concatenate(rows, 0)
+    assert Pm.shape[0] == lay["NP"]
+
+    def zrows(z: np.ndarray) -> np.ndarray:  # (N, 2, S, Cp) -> (N, 2 S, Cp)
+        return z.transpose(0, 2, 1, 3).reshape(N, -1, cp)
+
+    Zm = np.concatenate([zrows(zl), zrows(z1), zrows(z2), w[:, None], s], 1)
+    # groups of G blocks (the adaptation loops run G blocks side by side): at most
+    # _GROUP per group, as few groups as possible, the last block repeated to fill the last
+    nb = cp // WIDTH
+    G = -(-nb // -(-nb // _GROUP))
+    cg = -(-nb // G) * G * WIDTH
+
+    def padded(a: np.ndarray) -> np.ndarray:
+        if cg == cp:
+            return a
+        return np.concatenate([a, np.repeat(a[..., -1:], cg - cp, -1)], -1)
+
+    Pb, Zb, hb = _blocks(padded(Pm)), _blocks(padded(Zm)), _blocks(padded(hist))
+    flags = int(bool(use_limit)) | (2 * int(bool(round32)))
+    args = (x, Pb, Zb, hb, np.ascontiguousarray(wd, np.float64), y, int(j0))
+    _call_literal(_blocks_kernel, (*args, G, SL, S1, S2, J, K, int(R), flags), 8)
+    Zn = _unblock(Zb)[..., :cp]
+    o = 0
+    for z, S in ((zl, SL), (z1, S1), (z2, S2)):
+        z[:] = Zn[:, o : o + 2 * S].reshape(N, S, 2, cp).transpose(0, 2, 1, 3)
+        o += 2 * S
+    w[:] = Zn[:, lay["w"]]
+    s[:] = Zn[:, lay["s"] : lay["s"] + J]
+    hist[:] = _unblock(hb)[..., :cp]
