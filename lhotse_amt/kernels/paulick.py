@@ -28,6 +28,11 @@ the recursion of its plain-torch reference:
   under chunking), blocked so that the inner loop runs over outputs;
 * :func:`pool_held` - frame means / rms of a signal held over ``R`` samples, ``O(D M)``.
 
+With a decimator and the broken-stick exponent 1/4 (every DRNL parameter set here),
+:func:`frontend` runs :mod:`lhotse_amt.kernels.paulick_simd` instead of ``_frontend_kernel``:
+the same recursion with each block of 8 channels' states in vector registers
+(``LHOTSE_AMT_SIMD=0`` in the environment keeps the channel-vectorised kernel).
+
 Triton (CUDA): :func:`ihc_triton`, one program per block of rows, sequential in time.
 Importing this module never fails without Triton or a GPU (``HAS_TRITON`` /
 :func:`triton_available`); ``TRITON_INTERPRET=1`` runs the kernel on the CPU (tests).

@@ -181,7 +181,6 @@ def _hair8(typingctx, buf, row0, nt, P, Z, G, SL, S1, S2, J, FLAGS):  # noqa: AN
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
         wide_function(builder)
         vb = VecBuilder(builder)
-        vs = VecBuilder(builder, single=True)
         at = signature.args
         bp = array_ptr(context, builder, at[0], args[0])
         pp = array_ptr(context, builder, at[3], args[3])
@@ -192,20 +191,55 @@ def _hair8(typingctx, buf, row0, nt, P, Z, G, SL, S1, S2, J, FLAGS):  # noqa: AN
         def par(g: int, row: int) -> ir.Value:
             return vb.load(pp, g * NP + row)
 
+        def loop_par(g: int, j: int, i: int) -> ir.Value:
+            # loop j: a, 1 - a, 2 m, m - 1, -2 / m, m
+            return par(g, lay["loops"] + _N_LOOP * j + i)
+
+        vs8 = VecBuilder(builder, single=True)
+        vs16 = VecBuilder(builder, width=2 * WIDTH, single=True)
+
+        def in_f32(per_block, fn):  # noqa: ANN001, ANN202
+            # fn on float32 copies of each block's float64 arguments, two blocks per 16-lane
+            # vector (the last alone when G is odd); results back in float64, per block
+            out = []
+            for g in range(0, nG, 2):
+                if g + 1 < nG:
+                    packed = [
+                        vs8.concat(vb.to(a, vs8), vb.to(c, vs8))
+                        for a, c in zip(per_block[g], per_block[g + 1])
+                    ]
+                    res = fn(vs16, *packed)
+                    pairs = [vs8.halves(r) for r in res]
+                    out.append([vs8.to(p[0], vb) for p in pairs])
+                    out.append([vs8.to(p[1], vb) for p in pairs])
+                else:
+                    res = fn(vs8, *[vb.to(a, vs8) for a in per_block[g]])
+                    out.append([vs8.to(r, vb) for r in res])
+            return out
+
         with cgutils.for_range(builder, args[2]) as loop:
             row = builder.add(args[1], loop.index)
             base = builder.mul(row, ir.Constant(_I64, nG))
             vv = []
+            zz = []
             for g in range(nG):
                 idx = builder.add(base, ir.Constant(_I64, g))
                 v = vb.load(bp, idx)
                 # IHC (Paulick et al. 2024 circuit, forward Euler step)
-                ih = [par(g, lay["ihc"] + i) for i in range(_N_IHC)]
-                scale, gmax, x0, r0, r1, zmax, kk, gkf, gks, dep, dkf, dks = ih
+                ih = [par(g, lay["ihc"] + i) for i in range(6)]
+                scale, gmax, x0, r0, r1, zmax = ih
                 z = vb.minimum(vb.sub(x0, vb.mul(scale, v)), zmax)
-                e1 = vb.exp(vb.mul(z, r1))
-                den = vb.add(one, vb.mul(e1, vb.add(one, vb.exp(vb.mul(z, r0)))))
-                G_ = vb.div(gmax, den)
+                zz.append((vb.mul(z, r1), vb.mul(z, r0), gmax))
+            # the conductance in float64 even for float32 output: the receptor potential is
+            # a small difference from the resting potential (~1e-4 of it near threshold),
+            # which would amplify float32 rounding of the conductance ~1e4 times
+            conds = [
+                vb.div(gm, vb.add(one, vb.mul(vb.exp(a1), vb.add(one, vb.exp(a0)))))
+                for a1, a0, gm in zz
+            ]
+            for g in range(nG):
+                kk, gkf, gks, dep, dkf, dks = (par(g, lay["ihc"] + i) for i in range(6, _N_IHC))
+                G_ = conds[g]
                 ws = slots[g][g * NZ + lay["w"]]
                 W = builder.load(ws)
                 cur = vb.sub(
@@ -217,33 +251,41 @@ def _hair8(typingctx, buf, row0, nt, P, Z, G, SL, S1, S2, J, FLAGS):  # noqa: AN
                 vv.append(vb.maximum(W, par(g, lay["out"])))
             # adaptation loops, loop by loop, the blocks side by side
             for j in range(nJ):
+                xs, olds, lims = [], [], None
                 for g in range(nG):
-                    a_j, oma_j, m2_j, m1_j, r_j, m_j = (
-                        par(g, lay["loops"] + _N_LOOP * j + i) for i in range(_N_LOOP)
-                    )
                     sj = slots[g][g * NZ + lay["s"] + j]
                     s_old = builder.load(sj)
-                    xj = vb.div(vv[g], s_old)
-                    if use_limit:
-                        # the overshoot limiter for every lane, selected where x > 1
-                        over = vb.gt(xj, one)
-                        if round32:
-                            # float32 output: the correction m (1 - e) / (1 + e) in float32
-                            # (absolute error < 1e-6 on a value >= 1), as the channel-
-                            # vectorised kernel
-                            t = vb.to(vb.mul(vb.sub(xj, one), r_j), vs)
-                            t = vs.maximum(t, vs.const(-37.5))
-                            t = vs.minimum(t, vs.const(0.0))
-                            e = vs.exp32_nonpos(t)
-                            one32 = vs.const(1.0)
-                            num = vs.mul(vb.to(m_j, vs), vs.sub(one32, e))
-                            lim = vb.add(one, vs.to(vs.div(num, vs.add(one32, e)), vb))
-                        else:
-                            e = vb.exp(vb.mul(vb.sub(xj, one), r_j))
-                            lim = vb.sub(vb.div(m2_j, vb.add(one, e)), m1_j)
-                        xj = vb.select(over, lim, xj)
-                    vv[g] = xj
-                    builder.store(vb.fma(a_j, s_old, vb.mul(oma_j, xj)), sj)
+                    olds.append(s_old)
+                    xs.append(vb.div(vv[g], s_old))
+                if use_limit:
+                    # the overshoot limiter for every lane, selected where x > 1
+                    if round32:
+                        # float32 output: the correction m (1 - e) / (1 + e) in float32
+                        # (absolute error < 1e-6 on a value >= 1), as the channel-
+                        # vectorised kernel, two blocks per 16-lane vector
+                        def correction(u: VecBuilder, t, m):  # noqa: ANN001, ANN202
+                            t = u.minimum(u.maximum(t, u.const(-37.5)), u.const(0.0))
+                            e = u.exp32_nonpos(t)
+                            one32 = u.const(1.0)
+                            return (u.div(u.mul(m, u.sub(one32, e)), u.add(one32, e)),)
+
+                        targs = [
+                            (vb.mul(vb.sub(xs[g], one), loop_par(g, j, 4)), loop_par(g, j, 5))
+                            for g in range(nG)
+                        ]
+                        lims = [vb.add(one, c[0]) for c in in_f32(targs, correction)]
+                    else:
+                        lims = []
+                        for g in range(nG):
+                            e = vb.exp(vb.mul(vb.sub(xs[g], one), loop_par(g, j, 4)))
+                            lim = vb.div(loop_par(g, j, 2), vb.add(one, e))
+                            lims.append(vb.sub(lim, loop_par(g, j, 3)))
+                    xs = [vb.select(vb.gt(xs[g], one), lims[g], xs[g]) for g in range(nG)]
+                for g in range(nG):
+                    vv[g] = xs[g]
+                    sj = slots[g][g * NZ + lay["s"] + j]
+                    upd = vb.mul(loop_par(g, j, 1), xs[g])
+                    builder.store(vb.fma(loop_par(g, j, 0), olds[g], upd), sj)
             for g in range(nG):
                 o = lay["out"]
                 v = vb.mul(vb.sub(vv[g], par(g, o + 1)), par(g, o + 2))
@@ -306,7 +348,7 @@ _GROUP = 8
 
 #: samples per pass of each group (its buffer, (K - 1 + _CHUNK) x G x 8 float64, stays
 #: in the L1/L2 caches)
-_CHUNK = 128
+_CHUNK = 256
 
 
 @njit(parallel=True, **_NOPY)

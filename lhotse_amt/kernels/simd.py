@@ -175,6 +175,17 @@ class VecBuilder:
             return self.b.fptrunc(a, other.ty)
         return self.b.fpext(a, other.ty)
 
+    def concat(self, a: ir.Value, c: ir.Value) -> ir.Value:
+        """Two vectors of this builder's width -> one of twice the width (``a`` first)."""
+        mask = ir.Constant(ir.VectorType(_I32, 2 * self.w), list(range(2 * self.w)))
+        return self.b.shuffle_vector(a, c, mask)
+
+    def halves(self, a: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """A vector of twice this builder's width -> its two halves."""
+        lo = ir.Constant(ir.VectorType(_I32, self.w), list(range(self.w)))
+        hi = ir.Constant(ir.VectorType(_I32, self.w), list(range(self.w, 2 * self.w)))
+        return self.b.shuffle_vector(a, a, lo), self.b.shuffle_vector(a, a, hi)
+
     def round_to_f32(self, a: ir.Value) -> ir.Value:
         """Round every lane to float32 and back (the value a float32 array would hold)."""
         f32 = ir.VectorType(ir.FloatType(), self.w)
