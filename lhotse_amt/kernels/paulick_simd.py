@@ -364,7 +364,6 @@ def _blocks_kernel(x, P, Z, hist, wd, y, j0, G, SL, S1, S2, J, K, R, FLAGS):  # 
     N, T = x.shape
     NG = P.shape[0] // G
     Cy = y.shape[1]
-    M = y.shape[2]
     H = K - 1
     for t in prange(N * NG):
         r = t // NG
@@ -375,7 +374,7 @@ def _blocks_kernel(x, P, Z, hist, wd, y, j0, G, SL, S1, S2, J, K, R, FLAGS):  # 
         buf = np.empty((H + _CHUNK, G, 8))
         for g in range(G):
             buf[:H, g] = hist[r, b0 + g]
-        yb = np.empty((G, M, 8))
+        yb = np.empty((G, _CHUNK // R + 1, 8))  # one chunk's decimated outputs
         nxt = j0
         i = 0
         for c0 in range(0, T, _CHUNK):
@@ -387,7 +386,12 @@ def _blocks_kernel(x, P, Z, hist, wd, y, j0, G, SL, S1, S2, J, K, R, FLAGS):  # 
             if first < tc:
                 cnt = (tc - 1 - first) // R + 1
                 for g in range(G):
-                    _decim8(buf, first, cnt, wd, yb, i, g, G, R, K)
+                    _decim8(buf, first, cnt, wd, yb, 0, g, G, R, K)
+                    for lane in range(8):
+                        k = (b0 + g) * 8 + lane
+                        if k < Cy:
+                            for ii in range(cnt):
+                                y[r, k, i + ii] = yb[g, ii, lane]
                 i += cnt
                 nxt += cnt * R
             for q in range(H):  # the last K - 1 values to the front (forward: no overlap)
@@ -396,11 +400,6 @@ def _blocks_kernel(x, P, Z, hist, wd, y, j0, G, SL, S1, S2, J, K, R, FLAGS):  # 
                         buf[q, g, lane] = buf[tc + q, g, lane]
         for g in range(G):
             hist[r, b0 + g] = buf[:H, g]
-            for lane in range(8):
-                k = (b0 + g) * 8 + lane
-                if k < Cy:
-                    for ii in range(M):
-                        y[r, k, ii] = yb[g, ii, lane]
         restore_fp_mode(fp)
 
 
