@@ -101,10 +101,12 @@ def _store_states(vb: VecBuilder, zp, slots: dict[int, ir.Value]) -> None:  # no
         vb.store(vb.b.load(slot), zp, i)
 
 
-def _group_ptr(builder, base, g, n: int):  # noqa: ANN001, ANN202
-    """``base`` advanced by ``g * n`` vectors of 8 doubles (block ``g`` of a group array)."""
-    off = builder.mul(g, ir.Constant(_I64, n * WIDTH))
-    return builder.gep(base, [off])
+def _block_ptr(context, builder, aryty, value, g):  # noqa: ANN001, ANN202
+    """``double*`` to block ``g`` of a group array ``(G, rows, 8)`` (rows from its shape)."""
+    ary = context.make_array(aryty)(context, builder, value)
+    rows = builder.extract_value(ary.shape, 1)
+    off = builder.mul(builder.mul(g, rows), ir.Constant(_I64, WIDTH))
+    return builder.gep(builder.bitcast(ary.data, ir.DoubleType().as_pointer()), [off])
 
 
 @intrinsic
@@ -124,20 +126,10 @@ def _drnl8(typingctx, x, n0, nt, P, Z, buf, row0, g, G, SL, S1, S2):  # noqa: AN
         vb = VecBuilder(builder)
         at = signature.args
         xp = array_ptr(context, builder, at[0], args[0])
-        # NP / NZ do not depend on the loops: take them from the arrays' shapes
-        pa = context.make_array(at[3])(context, builder, args[3])
-        za = context.make_array(at[4])(context, builder, args[4])
-        npar = builder.extract_value(pa.shape, 1)
-        nz = builder.extract_value(za.shape, 1)
-        w8 = ir.Constant(_I64, WIDTH)
-        pp = builder.gep(
-            builder.bitcast(pa.data, ir.DoubleType().as_pointer()),
-            [builder.mul(builder.mul(args[7], npar), w8)],
-        )
-        zp = builder.gep(
-            builder.bitcast(za.data, ir.DoubleType().as_pointer()),
-            [builder.mul(builder.mul(args[7], nz), w8)],
-        )
+        # NP / NZ depend on the number of adaptation loops (not a literal here): block g's
+        # parameters and states are located through the arrays' shapes
+        pp = _block_ptr(context, builder, at[3], args[3], args[7])
+        zp = _block_ptr(context, builder, at[4], args[4], args[7])
         bp = array_ptr(context, builder, at[5], args[5])
         slots = _state_slots(vb, zp, range(lay["w"]))
 
@@ -299,15 +291,15 @@ def _hair8(typingctx, buf, row0, nt, P, Z, G, SL, S1, S2, J, FLAGS):  # noqa: AN
 
 
 @intrinsic
-def _decim8(typingctx, buf, first, count, wd, yb, i0, g, G, R, K):  # noqa: ANN001
-    """Block ``g`` of ``buf (rows, G, 8)``: ``yb[g, i0 + o] = sum_q wd[q] buf[first + o R
-    + q, g]`` for ``o < count`` (``yb (G, M, 8)``): the taps of each phase ``p`` in order,
-    then the phases in order."""
+def _decim8(typingctx, buf, first, count, wd, yb, g, G, R, K):  # noqa: ANN001
+    """Block ``g`` of ``buf (rows, G, 8)``: ``yb[g, o] = sum_q wd[q] buf[first + o R + q, g]``
+    for ``o < count`` (``yb (G, M, 8)``, ``M >= count``): the taps of each phase ``p`` in
+    order, then the phases in order."""
     lit = _lits(G, R, K)
     if lit is None:
         return None
     nG, nR, nK = lit
-    sig = types.none(buf, first, count, wd, yb, i0, g, G, R, K)
+    sig = types.none(buf, first, count, wd, yb, g, G, R, K)
 
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
         wide_function(builder)
@@ -315,10 +307,7 @@ def _decim8(typingctx, buf, first, count, wd, yb, i0, g, G, R, K):  # noqa: ANN0
         at = signature.args
         bp = array_ptr(context, builder, at[0], args[0])
         wp = array_ptr(context, builder, at[3], args[3])
-        ya = context.make_array(at[4])(context, builder, args[4])
-        M = builder.extract_value(ya.shape, 1)
-        yp = builder.bitcast(ya.data, ir.DoubleType().as_pointer())
-        ybase = builder.add(builder.mul(args[6], M), args[5])
+        yp = _block_ptr(context, builder, at[4], args[4], args[5])
         gG = ir.Constant(_I64, nG)
         taps = [vb.splat(builder.load(builder.gep(wp, [ir.Constant(_I64, q)]))) for q in range(nK)]
         with cgutils.for_range(builder, args[2]) as loop:
@@ -329,11 +318,11 @@ def _decim8(typingctx, buf, first, count, wd, yb, i0, g, G, R, K):  # noqa: ANN0
                 acc = None
                 for q in range(ph, nK, nR):
                     row = builder.add(base, ir.Constant(_I64, q))
-                    rq = vb.load(bp, builder.add(builder.mul(row, gG), args[6]))
+                    rq = vb.load(bp, builder.add(builder.mul(row, gG), args[5]))
                     acc = vb.mul(taps[q], rq) if acc is None else vb.fma(taps[q], rq, acc)
                 if acc is not None:
                     total = acc if total is None else vb.add(total, acc)
-            vb.store(total, yp, builder.add(ybase, o))
+            vb.store(total, yp, o)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -386,7 +375,7 @@ def _blocks_kernel(x, P, Z, hist, wd, y, j0, G, SL, S1, S2, J, K, R, FLAGS):  # 
             if first < tc:
                 cnt = (tc - 1 - first) // R + 1
                 for g in range(G):
-                    _decim8(buf, first, cnt, wd, yb, 0, g, G, R, K)
+                    _decim8(buf, first, cnt, wd, yb, g, G, R, K)
                     for lane in range(8):
                         k = (b0 + g) * 8 + lane
                         if k < Cy:
