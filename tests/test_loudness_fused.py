@@ -160,9 +160,10 @@ def test_multires_compiled_matches_torch_path(variant):
     assert np.allclose(r[0], ref, rtol=1e-12, atol=1e-14)
 
 
-def test_fast_excitation_call_matches_torch_excitation():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fast_excitation_call_matches_torch_excitation(dtype):
     fc = L.cam_to_hz(np.arange(1.75, 39.01, 0.25))
-    fast = L.FastExcitation(fc, "moore2016", "moore2016", torch.float64)
+    fast = L.FastExcitation(fc, "moore2016", "moore2016", dtype)
     rng = np.random.default_rng(5)
     z = torch.tensor(rng.standard_normal((1, 5000)) * 0.05)
     z[0, 2500:] *= 1e-4  # quiet part: partly pruned high band
@@ -173,6 +174,9 @@ def test_fast_excitation_call_matches_torch_excitation():
         got = fast(inten, keep, acf, chunk=50)
         mats = {k: torch.tensor(v) for k, v in L.excitation_matrices(fc, "moore2016").items()}
         ref, _ = L.excitation_moore2016(inten, keep, mats, mats["n_below"].numpy())
-    got = got.clamp_min(1e-10)
-    assert float((got - ref).abs().max() / ref.abs().max()) < 1e-11
-    assert float(((got - ref).abs() / ref).max()) < 1e-9
+    got = got.double().clamp_min(1e-10)
+    # float32: the low band and the lower skirt in float32, the high band (autocorrelation
+    # route, pruned components removed) in float64 and added in float32
+    tol_max, tol_rel = (1e-11, 1e-9) if dtype == torch.float64 else (2e-6, 2e-5)
+    assert float((got - ref).abs().max() / ref.abs().max()) < tol_max
+    assert float(((got - ref).abs() / ref).max()) < tol_rel
