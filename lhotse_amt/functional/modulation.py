@@ -206,9 +206,12 @@ def modulation_filterbank(
     state = state or {}
     P = poles.shape[-1]
     if resolve_backend(backend, x, poles, gains) == "numba" and P == 1 and poles.shape[-2] > 1:
-        from ..kernels.modbank import modulation_bank
+        from ..kernels import modbank, modbank_simd
 
-        out, st = modulation_bank(
+        # the register kernel (8 channels per vector) gives the same bits; LHOTSE_AMT_SIMD=0
+        # keeps the channel-by-channel kernel
+        kernel = modbank_simd if modbank_simd.ENABLED else modbank
+        out, st = kernel.modulation_bank(
             x,
             lp_sos,
             prefilter_sos,

@@ -1,5 +1,8 @@
 """CPU kernel for the whole modulation filterbank (``efilt``), one pass per channel.
 
+:mod:`lhotse_amt.kernels.modbank_simd` computes the same bits with 8 channels per vector
+and is used instead unless ``LHOTSE_AMT_SIMD=0``; this kernel is its reference in the tests.
+
 The resonator bands of a channel run together, vectorised over the bands (padded to a
 multiple of 8 with zero-gain bands).
 

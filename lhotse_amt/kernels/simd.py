@@ -27,7 +27,15 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["VecBuilder", "array_ptr", "wide_function", "WIDTH", "vector_exp", "vector_exp32_nonpos"]
+__all__ = [
+    "VecBuilder",
+    "array_ptr",
+    "transpose8",
+    "wide_function",
+    "WIDTH",
+    "vector_exp",
+    "vector_exp32_nonpos",
+]
 
 #: float64 lanes per vector
 WIDTH = 8
@@ -63,6 +71,27 @@ def array_ptr(context, builder, aryty, value) -> ir.Value:  # noqa: ANN001
     """``double*`` to the first element of a numba array argument (C-contiguous float64)."""
     ary = context.make_array(aryty)(context, builder, value)
     return builder.bitcast(ary.data, _D.as_pointer())
+
+
+def transpose8(builder: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """Transpose 8 vectors of 8 lanes: ``out[j][i] = rows[i][j]`` (three stages of pairwise
+    shuffles, 24 in all)."""
+
+    def shuffle(a: ir.Value, c: ir.Value, mask: list[int]) -> ir.Value:
+        return builder.shuffle_vector(a, c, ir.Constant(ir.VectorType(_I32, 8), mask))
+
+    r = list(rows)
+    for d, lo, hi in (
+        (1, [0, 8, 2, 10, 4, 12, 6, 14], [1, 9, 3, 11, 5, 13, 7, 15]),
+        (2, [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]),
+        (4, [0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]),
+    ):
+        out = list(r)
+        for i in range(8):
+            if i & d == 0:
+                out[i], out[i + d] = shuffle(r[i], r[i + d], lo), shuffle(r[i], r[i + d], hi)
+        r = out
+    return r
 
 
 class VecBuilder:

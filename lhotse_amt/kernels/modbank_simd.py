@@ -1,0 +1,322 @@
+"""The modulation filterbank (``efilt``) with the states of 8 channels in vector registers.
+
+Same recursions, operation order and output as :func:`lhotse_amt.kernels.modbank.modulation_bank`
+(whose kernel runs one channel at a time: its pre-filter and low-pass are a scalar chain of
+dependent multiply-adds per sample, and every resonator state goes through memory), so the
+results are bit for bit the same. Here the channels are cut into blocks of 8 (one float64
+vector, :mod:`lhotse_amt.kernels.simd`); each block runs over the signal in chunks of
+``_CHUNK`` samples:
+
+1. the chunk of the block's 8 channels is copied into a buffer ``(chunk, 8)``;
+2. pre-filter and low-pass sections with their states in registers: the pre-filtered
+   signal replaces the input in the buffer, the scaled low-pass output is band 0;
+3. the complex one-pole resonators, ``_BAND_GROUP`` bands per pass over the chunk (their
+   states and coefficients in registers), each band's output ``k * |y|`` or ``k * Re y``
+   (per channel) into a buffer ``(bands, chunk, 8)``;
+4. the buffer is written into the ``(B, C, M, T)`` output.
+
+The code is generated per structure (pre-filter and low-pass section counts, number of
+resonator bands; numba caches each on disk).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+from llvmlite import ir
+from numba import literally, njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .cpu import _np, _threads
+from .fastmath import denormals_off, restore_fp_mode
+from .paulick_simd import _call_literal, _lits
+from .simd import WIDTH, VecBuilder, array_ptr, transpose8, wide_function
+
+__all__ = ["ENABLED", "modulation_bank"]
+
+#: used by :func:`lhotse_amt.functional.modulation.modulation_filterbank` (``LHOTSE_AMT_SIMD=0``
+#: in the environment: the channel-by-channel kernel of :mod:`lhotse_amt.kernels.modbank`)
+ENABLED = os.environ.get("LHOTSE_AMT_SIMD", "1") != "0"
+
+_NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
+_I64 = ir.IntType(64)
+
+#: samples per pass of a block (buffers (bands + 1) x chunk x 8 float64 stay in cache)
+_CHUNK = 256
+#: resonator bands per pass over a chunk: 3 bands keep their 6 states and 18 coefficient
+#: and mask vectors in the 32 vector registers of AVX-512
+_BAND_GROUP = 3
+_N_BAND = 6  # per band: Re p, Im p, Re g, Im g, scale k, 1.0 where |y| is taken (else 0.0)
+
+
+def _layout(SP: int, SL: int, M1: int) -> dict[str, int]:
+    """Row offsets of the parameter block ``P (NP, 8)`` and the state block ``Z (NZ, 8)``."""
+    o = {"pre": 0, "lp": 5 * SP}
+    o["s0"] = o["lp"] + 5 * SL
+    o["bands"] = o["s0"] + 1
+    o["NP"] = o["bands"] + _N_BAND * M1
+    o["zpre"] = 0
+    o["zlp"] = 2 * SP
+    o["zb"] = o["zlp"] + 2 * SL
+    o["NZ"] = o["zb"] + 2 * M1
+    return o
+
+
+@intrinsic
+def _mod8(typingctx, ib, nt, P, Z, ob, SP, SL, M1):  # noqa: ANN001
+    """Pre-filter, low-pass and resonators of one block of 8 channels over ``ib (chunk, 8)``
+    rows ``0 .. nt`` (overwritten with the pre-filtered signal): parameters ``P (NP, 8)``,
+    states ``Z (NZ, 8)`` (updated), outputs into ``ob (M1 + 1, chunk, 8)``."""
+    lit = _lits(SP, SL, M1)
+    if lit is None:
+        return None
+    nSP, nSL, nM1 = lit
+    lay = _layout(nSP, nSL, nM1)
+    sig = types.none(ib, nt, P, Z, ob, SP, SL, M1)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        wide_function(builder)
+        vb = VecBuilder(builder)
+        at = signature.args
+        ip = array_ptr(context, builder, at[0], args[0])
+        pp = array_ptr(context, builder, at[2], args[2])
+        zp = array_ptr(context, builder, at[3], args[3])
+        op = array_ptr(context, builder, at[4], args[4])
+        nt = args[1]
+        chunk = ir.Constant(_I64, _CHUNK)
+
+        def par(row: int) -> ir.Value:
+            return vb.load(pp, row)
+
+        def sections(v, off: int, zoff: int, n: int, slots):  # noqa: ANN001, ANN202
+            # o = b0 v + z0; z0 = b1 v - a1 o + z1; z1 = b2 v - a2 o (unfused, in this order)
+            for s in range(n):
+                b0, b1, b2, a1, a2 = (par(off + 5 * s + i) for i in range(5))
+                z0s, z1s = slots[zoff + 2 * s], slots[zoff + 2 * s + 1]
+                o = vb.add(vb.mul(b0, v), builder.load(z0s))
+                z0 = vb.add(vb.sub(vb.mul(b1, v), vb.mul(a1, o)), builder.load(z1s))
+                builder.store(z0, z0s)
+                builder.store(vb.sub(vb.mul(b2, v), vb.mul(a2, o)), z1s)
+                v = o
+            return v
+
+        # pass 1: pre-filter (in place) and low-pass -> band 0
+        slots = {i: vb.var(vb.load(zp, i)) for i in range(lay["zb"])}
+        s0 = par(lay["s0"])
+        with cgutils.for_range(builder, nt) as loop:
+            n = loop.index
+            u = sections(vb.load(ip, n), lay["pre"], lay["zpre"], nSP, slots)
+            vb.store(u, ip, n)
+            w = sections(u, lay["lp"], lay["zlp"], nSL, slots)
+            vb.store(vb.mul(s0, w), op, n)
+        for i, slot in slots.items():
+            vb.store(builder.load(slot), zp, i)
+
+        # pass 2: resonators, _BAND_GROUP bands per pass over the chunk
+        zero = vb.const(0.0)
+        for m0 in range(0, nM1, _BAND_GROUP):
+            bands = range(m0, min(m0 + _BAND_GROUP, nM1))
+            st = {}
+            cf = {}
+            for m in bands:
+                zr, zi = lay["zb"] + 2 * m, lay["zb"] + 2 * m + 1
+                st[m] = (vb.var(vb.load(zp, zr)), vb.var(vb.load(zp, zi)))
+                row = lay["bands"] + _N_BAND * m
+                pr, pi, gr, gi, k, ab = (par(row + i) for i in range(_N_BAND))
+                cf[m] = (pr, pi, gr, gi, k, builder.fcmp_ordered("!=", ab, zero))
+            with cgutils.for_range(builder, nt) as loop:
+                n = loop.index
+                u = vb.load(ip, n)
+                for m in bands:
+                    pr, pi, gr, gi, k, use_abs = cf[m]
+                    xr, xi = builder.load(st[m][0]), builder.load(st[m][1])
+                    nr = vb.add(vb.sub(vb.mul(pr, xr), vb.mul(pi, xi)), u)
+                    ni = vb.add(vb.mul(pr, xi), vb.mul(pi, xr))
+                    builder.store(nr, st[m][0])
+                    builder.store(ni, st[m][1])
+                    yr = vb.sub(vb.mul(gr, nr), vb.mul(gi, ni))
+                    yi = vb.add(vb.mul(gr, ni), vb.mul(gi, nr))
+                    mag = vb.sqrt(vb.add(vb.mul(yr, yr), vb.mul(yi, yi)))
+                    out = vb.mul(k, vb.select(use_abs, mag, yr))
+                    idx = builder.add(builder.mul(ir.Constant(_I64, m + 1), chunk), n)
+                    vb.store(out, op, idx)
+            for m in bands:
+                vb.store(builder.load(st[m][0]), zp, lay["zb"] + 2 * m)
+                vb.store(builder.load(st[m][1]), zp, lay["zb"] + 2 * m + 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _store_tiles(typingctx, ob, m, ntile, yflat, base, lstride, nl):  # noqa: ANN001
+    """Write ``ntile`` tiles of 8 samples of band ``m`` of ``ob (M1 + 1, chunk, 8)`` (lanes =
+    channels) to the rows ``yflat[base + l * lstride + n]`` of channels ``l < nl`` (``yflat``
+    float32 or float64, 1-d): each 8 x 8 tile transposed in registers, one vector store
+    (rounded to ``yflat``'s dtype) per channel."""
+    sig = types.none(ob, m, ntile, yflat, base, lstride, nl)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        wide_function(builder)
+        vb = VecBuilder(builder)
+        at = signature.args
+        op = array_ptr(context, builder, at[0], args[0])
+        ety = context.get_value_type(at[3].dtype)
+        vty = ir.VectorType(ety, WIDTH)
+        yp = context.make_array(at[3])(context, builder, args[3]).data
+        m0 = builder.mul(args[1], ir.Constant(_I64, _CHUNK))
+        with cgutils.for_range(builder, args[2]) as loop:
+            n = builder.mul(loop.index, ir.Constant(_I64, WIDTH))
+            first = builder.add(m0, n)
+            rows = [vb.load(op, builder.add(first, ir.Constant(_I64, k))) for k in range(WIDTH)]
+            cols = transpose8(builder, rows)
+            for lane in range(WIDTH):
+                ok = builder.icmp_signed("<", ir.Constant(_I64, lane), args[6])
+                with builder.if_then(ok, likely=True):
+                    off = builder.add(
+                        builder.add(args[4], builder.mul(ir.Constant(_I64, lane), args[5])), n
+                    )
+                    v = cols[lane] if vty == vb.ty else builder.fptrunc(cols[lane], vty)
+                    ptr = builder.bitcast(builder.gep(yp, [off]), vty.as_pointer())
+                    builder.store(v, ptr, align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(parallel=True, **_NOPY)
+def _blocks_kernel(x, P, Z, sc, y, SP, SL, M1):  # pragma: no cover - compiled
+    # x (B, C, T); P (NB, NP, 8); Z (B, NB, NZ, 8); sc (C, M1 + 1); y (B, C, M1 + 1, T)
+    literally(SP)
+    literally(SL)
+    literally(M1)
+    B, C, T = x.shape
+    NB = P.shape[0]
+    yflat = y.reshape(-1)
+    for job in prange(B * NB):
+        b = job // NB
+        blk = job - b * NB
+        c0 = blk * 8
+        nl = min(8, C - c0)
+        fp = denormals_off()
+        ib = np.empty((_CHUNK, 8))
+        ob = np.empty((M1 + 1, _CHUNK, 8))
+        for n0 in range(0, T, _CHUNK):
+            nt = min(_CHUNK, T - n0)
+            for lane in range(8):  # padding lanes repeat the block's last channel
+                xc = x[b, c0 + min(lane, nl - 1)]
+                for n in range(nt):
+                    ib[n, lane] = np.float64(xc[n0 + n])
+            _mod8(ib, nt, P[blk], Z[b, blk], ob, SP, SL, M1)
+            # 8 x 8 tiles transposed in registers, then the tail and the bands a channel
+            # does not have (zeros) sample by sample
+            nt8 = nt // 8
+            for m in range(M1 + 1):
+                base = ((b * C + c0) * (M1 + 1) + m) * T + n0
+                _store_tiles(ob, m, nt8, yflat, base, (M1 + 1) * T, nl)
+                for lane in range(nl):
+                    c = c0 + lane
+                    ym = y[b, c, m]
+                    if m > 0 and sc[c, m] == 0.0:
+                        for n in range(nt):
+                            ym[n0 + n] = 0.0
+                    else:
+                        for n in range(nt8 * 8, nt):
+                            ym[n0 + n] = ob[m, n, lane]
+        restore_fp_mode(fp)
+
+
+def modulation_bank(
+    x: torch.Tensor,
+    lp_sos: torch.Tensor,
+    prefilter_sos: torch.Tensor | None,
+    pole: torch.Tensor,
+    gain: torch.Tensor,
+    use_abs: torch.Tensor,
+    scale: torch.Tensor,
+    state: dict | None,
+) -> tuple[torch.Tensor, dict]:
+    """Drop-in for :func:`lhotse_amt.kernels.modbank.modulation_bank` (same arguments, state
+    keys and results): ``x (..., C, T)``; band-pass ``pole``/``gain`` complex ``(C, M-1)``,
+    ``use_abs`` ``(C, M-1)``; ``scale (C, M)``. Returns ``(..., C, M, T)`` in ``x``'s dtype and
+    the state (keys ``pre``, ``lp``, ``bp``)."""
+    _threads()
+    lead = x.shape[:-2]
+    C, T = x.shape[-2], x.shape[-1]
+    xn = _np(x.reshape(-1, C, T))
+    B = xn.shape[0]
+    M1 = pole.shape[-1]
+    state = state or {}
+    pre = np.zeros((0, 6)) if prefilter_sos is None else _np(prefilter_sos).astype(np.float64)
+    lp = _np(lp_sos).astype(np.float64)
+    SP, SL = pre.shape[0], lp.shape[0]
+    lay = _layout(SP, SL, M1)
+    NB = -(-C // WIDTH)
+    CP = NB * WIDTH
+
+    def lanes(a: np.ndarray) -> np.ndarray:
+        # (..., C) -> (..., CP): padding lanes repeat the last channel (finite values)
+        a = np.asarray(a, np.float64)
+        if CP == C:
+            return a
+        return np.concatenate([a, np.repeat(a[..., -1:], CP - C, -1)], -1)
+
+    def blocks(a: np.ndarray) -> np.ndarray:
+        # (..., rows, CP) -> (..., NB, rows, 8)
+        *ld, rows, _ = a.shape
+        return np.ascontiguousarray(np.moveaxis(a.reshape(*ld, rows, NB, WIDTH), -2, -3))
+
+    def unblocks(b: np.ndarray) -> np.ndarray:
+        *ld, nb, rows, w = b.shape
+        return np.moveaxis(b, -3, -2).reshape(*ld, rows, nb * w)[..., :C]
+
+    def sos_rows(sos: np.ndarray) -> list[np.ndarray]:
+        # b0 b1 b2 a1 a2 of every section, the same for all channels
+        return [np.full(CP, sos[s, i]) for s in range(sos.shape[0]) for i in (0, 1, 2, 4, 5)]
+
+    sc = _np(scale).astype(np.float64).reshape(C, M1 + 1)
+    p, g = _np(pole).reshape(C, M1), _np(gain).reshape(C, M1)
+    ab = _np(use_abs).reshape(C, M1)
+    rows = sos_rows(pre) + sos_rows(lp) + [lanes(sc[:, 0])]
+    per_band = (p.real, p.imag, np.real(g), np.imag(g), sc[:, 1:], ab.astype(np.float64))
+    for m in range(M1):
+        rows.extend(lanes(v[:, m]) for v in per_band)
+    Pm = blocks(np.stack(rows)) if rows else np.zeros((NB, 0, WIDTH))
+    assert Pm.shape[1] == lay["NP"]
+
+    def zi(key: str, S: int) -> np.ndarray:  # (B, 2 S, CP), rows z0, z1 per section
+        if key in state:
+            z = _np(state[key]).astype(np.float64).reshape(B, C, S, 2)
+        else:
+            z = np.zeros((B, C, S, 2))
+        return lanes(z.reshape(B, C, 2 * S).transpose(0, 2, 1))
+
+    if "bp" in state:
+        s = _np(state["bp"]).reshape(B, C, M1).astype(np.complex128)
+    else:
+        s = np.zeros((B, C, M1), np.complex128)
+    zb = np.stack([s.real, s.imag], -1).reshape(B, C, 2 * M1).transpose(0, 2, 1)
+    Zm = blocks(np.concatenate([zi("pre", SP), zi("lp", SL), lanes(zb)], 1))
+    y = np.empty((B, C, M1 + 1, T), xn.dtype)
+    if T > 0:
+        _call_literal(_blocks_kernel, (xn, Pm, Zm, sc, y, SP, SL, M1), 3)
+    Zn = unblocks(Zm)  # (B, NZ, C)
+
+    def zout(off: int, S: int) -> torch.Tensor:
+        z = Zn[:, off : off + 2 * S].transpose(0, 2, 1).reshape(B, C, S, 2)
+        return torch.from_numpy(np.ascontiguousarray(z)).reshape(*lead, C, S, 2)
+
+    zb = Zn[:, lay["zb"] :].transpose(0, 2, 1).reshape(B, C, M1, 2)
+    new = {
+        "lp": zout(lay["zlp"], SL),
+        "bp": torch.complex(
+            torch.from_numpy(np.ascontiguousarray(zb[..., 0])),
+            torch.from_numpy(np.ascontiguousarray(zb[..., 1])),
+        ).reshape(*lead, C, M1, 1),
+    }
+    if prefilter_sos is not None:
+        new["pre"] = zout(lay["zpre"], SP)
+    return torch.from_numpy(y).reshape(*lead, C, M1 + 1, T), new
