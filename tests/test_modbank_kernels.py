@@ -100,3 +100,33 @@ def test_transpose8_transposes() -> None:
     out = np.empty_like(a)
     run(a, out)
     assert np.array_equal(out, a.T)
+
+
+@pytest.mark.parametrize("rms", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_pooled_register_kernel_equals_pooling_the_output(rms: bool, dtype) -> None:
+    from lhotse_amt.kernels.paulick import pool_held
+
+    bank = _bank("paulick2024")
+    args = _args(bank, torch.arange(50))
+    R, hop = 4, 441
+    rng = np.random.default_rng(3)
+    x = torch.tensor(np.abs(rng.standard_normal((3, 50, 700))), dtype=dtype)
+    # input samples of each row: the second ends mid-frame, the third 2 samples into its
+    # last frame (a frame within one held sample)
+    lengths = [4 * 700, 1999, 1766]
+    counts = np.array([-(-n // hop) for n in lengths])
+    F = counts.max()
+    f = np.arange(F)
+    starts = np.stack([f * hop] * 3)
+    ends = np.stack([np.minimum((f + 1) * hop, n) for n in lengths])
+    got, st_got = modbank_simd.modulation_bank_pooled(x, *args, None, starts, ends, counts, R, rms)
+    y, st_ref = modbank.modulation_bank(x, *args, None)
+    for b in range(3):
+        nb = counts[b]
+        ref = pool_held(y[b].reshape(-1, 700), None, starts[b, :nb], ends[b, :nb], R, rms)
+        pooled = torch.from_numpy(got[b, :, :, :nb].reshape(-1, nb)).to(dtype)
+        assert torch.equal(pooled, ref)
+        assert np.all(got[b, :, :, nb:] == 0)
+    for k in st_ref:
+        assert torch.equal(st_ref[k], st_got[k])

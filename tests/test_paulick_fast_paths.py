@@ -218,3 +218,24 @@ def test_register_kernel_exp_within_two_ulp():
     e = vector_exp32_nonpos(u)
     assert e.dtype == np.float32
     assert np.max(np.abs(e / np.exp(u.astype(np.float64)) - 1)) < 3e-7
+
+
+@pytest.mark.parametrize("pooling", ["mean", "rms"])
+@pytest.mark.parametrize("layout", ["compact", "padded"])
+def test_extractor_fused_modulation_pooling_equals_pooling_the_output(pooling, layout, monkeypatch):
+    # modulation filterbank and frame pooling in one pass (kernels.modbank_simd.
+    # modulation_bank_pooled) against pooling the model's modulation output: bit for bit,
+    # over several chunks and rows of different lengths
+    from lhotse_amt.kernels import modbank_simd
+
+    cfg = Paulick2024Config(n_channels=11, pooling=pooling, layout=layout, chunk_duration=0.05)
+    x = _noise(2 * 44100 // 10).numpy()[0]
+    batch = [x, x[:6000] * 0.5]
+    runs = []
+    for enabled in (False, True):
+        monkeypatch.setattr(modbank_simd, "ENABLED", enabled)
+        ex = Paulick2024Extractor(cfg)
+        assert ex._fused_modulation_ok(ex.model(torch.device("cpu")), torch.zeros(1)) is enabled
+        runs.append(ex.extract_batch(batch, sampling_rate=44100))
+    for ref, new in zip(*runs):
+        assert ref.shape == new.shape and np.array_equal(ref, new)

@@ -726,7 +726,9 @@ class Paulick2024Extractor(_CASPExtractor):
     ``lcm(hop, R)`` input samples and carry all filter, loop and decimator states, so chunked
     extraction equals one-shot extraction. The pooling is a compiled ``O(D M)`` pass per
     chunk (:func:`lhotse_amt.kernels.paulick.pool_held`), which also picks the ``compact``
-    layout's columns.
+    layout's columns; on the CPU without gradient it runs inside the modulation filterbank's
+    kernel (:func:`lhotse_amt.kernels.modbank_simd.modulation_bank_pooled`, the same values
+    without the sample-rate modulation output).
 
     **Mixing hooks** (``mix``/``scale``/``compute_energy``): as for ``amt-dau1997`` they invert
     the adaptation loops' steady state; here the loops' input is the IHC receptor potential
@@ -794,8 +796,12 @@ class Paulick2024Extractor(_CASPExtractor):
         state = None
         t_needed = min(T, max(min(n, self._num_frames(n) * hop) for n in ends))
         cols = self._column_index()
+        fused = self._fused_modulation_ok(model, x)
         for t0 in range(0, t_needed, chunk):
             t1 = min(t0 + chunk, t_needed)
+            if fused:
+                state = self._pooled_modulation(model, x[..., t0:t1], state, ends, t0, frames, cols)
+                continue
             y, state = self._decimated_features(model, x[..., t0:t1], state)
             self._pool_held(y, ends, t0, t1, R, frames, cols)
         out = []
@@ -804,6 +810,86 @@ class Paulick2024Extractor(_CASPExtractor):
             assert f.shape[0] == self._num_frames(ends[b])
             out.append(f)
         return out
+
+    def _fused_modulation_ok(self, model: Paulick2024, x: Tensor) -> bool:
+        """The modulation filterbank can run fused with the pooling (CPU, no gradient, the
+        one-pole ``efilt`` bands of the register kernel)."""
+        from ..kernels import modbank_simd
+
+        mod = model.modulation
+        return (
+            self.config.stage == "modulation"
+            and modbank_simd.ENABLED
+            and x.device.type == "cpu"
+            and not (torch.is_grad_enabled() and x.requires_grad)
+            and mod.poles.shape[-1] == 1
+            and mod.poles.shape[-2] > 1
+        )
+
+    def _pooled_modulation(
+        self,
+        model: Paulick2024,
+        x: Tensor,
+        state: Any,
+        ends: list[int],
+        t0: int,
+        frames: list[list[Tensor]],
+        cols: np.ndarray | None,
+    ) -> Any:
+        """One chunk ``x (B, 1, Tc)`` of input samples ``[t0, t0 + Tc)``: the model up to the
+        decimated signal, then the modulation filterbank and the frame pooling of
+        :meth:`_pool_held` in one compiled pass
+        (:func:`lhotse_amt.kernels.modbank_simd.modulation_bank_pooled`, the same values
+        without the sample-rate ``(B, C, M, T)`` output). Returns the new state."""
+        from ..kernels import modbank_simd
+
+        out, new = model.stream(x[:, 0], state, upto="resampled")
+        y = out["resampled"]
+        mst = (state or {}).get("modulation")
+        hop, R = self.hop, int(self.config.resample_factor)
+        t1 = t0 + x.shape[-1]
+        B = len(ends)
+        spans = []
+        for b in range(B):
+            f_lo = -(-t0 // hop)
+            f_hi = max(f_lo, min(self._num_frames(ends[b]), -(-t1 // hop)))
+            f = np.arange(f_lo, f_hi, dtype=np.int64)
+            spans.append((f * hop - t0, np.minimum((f + 1) * hop, ends[b]) - t0))
+        counts = np.array([len(s) for s, _ in spans], np.int64)
+        F = max(1, int(counts.max(initial=0)))
+        starts = np.zeros((B, F), np.int64)
+        stops = np.ones((B, F), np.int64)
+        for b, (s, e) in enumerate(spans):
+            starts[b, : len(s)] = s
+            stops[b, : len(e)] = e
+        if y.shape[-1] == 0:  # a chunk too short to reach the next decimated sample
+            new["modulation"] = mst
+            return new
+        mod = model.modulation
+        sums, new["modulation"] = modbank_simd.modulation_bank_pooled(
+            y,
+            mod.lp_sos,
+            mod.prefilter_sos,
+            mod.poles[:, 1:, 0],
+            mod.gains[:, 1:, 0],
+            mod.use_abs[:, 1:],
+            mod.scale,
+            mst,
+            starts,
+            stops,
+            counts,
+            R,
+            self.config.pooling == "rms",
+        )
+        for b in range(B):
+            n = int(counts[b])
+            if n == 0:
+                continue
+            v = torch.from_numpy(np.ascontiguousarray(sums[b, ..., :n]).reshape(-1, n))
+            if cols is not None:
+                v = v[torch.as_tensor(cols)]
+            frames[b].append(v.to(device=x.device, dtype=y.dtype))
+        return new
 
     def _decimated_features(self, model: Paulick2024, x: Tensor, state: Any) -> tuple[Tensor, Any]:
         """Decimated features ``(B, D, M)`` of chunk ``x (B, 1, Tc)``, every column (the

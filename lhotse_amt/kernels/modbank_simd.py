@@ -15,12 +15,17 @@ vector, :mod:`lhotse_amt.kernels.simd`); each block runs over the signal in chun
    (per channel) into a buffer ``(bands, chunk, 8)``;
 4. the buffer is written into the ``(B, C, M, T)`` output.
 
+:func:`modulation_bank_pooled` replaces step 4 by the frame pooling of the
+``amt-paulick2024`` extractor (:func:`lhotse_amt.kernels.paulick.pool_held`, the same
+values), so feature extraction never materialises the ``(B, C, M, T)`` output.
+
 The code is generated per structure (pre-filter and low-pass section counts, number of
-resonator bands; numba caches each on disk).
+resonator bands, output flags; numba caches each on disk).
 """
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -35,7 +40,7 @@ from .fastmath import denormals_off, restore_fp_mode
 from .paulick_simd import _call_literal, _lits
 from .simd import WIDTH, VecBuilder, array_ptr, transpose8, wide_function
 
-__all__ = ["ENABLED", "modulation_bank"]
+__all__ = ["ENABLED", "modulation_bank", "modulation_bank_pooled"]
 
 #: used by :func:`lhotse_amt.functional.modulation.modulation_filterbank` (``LHOTSE_AMT_SIMD=0``
 #: in the environment: the channel-by-channel kernel of :mod:`lhotse_amt.kernels.modbank`)
@@ -66,16 +71,17 @@ def _layout(SP: int, SL: int, M1: int) -> dict[str, int]:
 
 
 @intrinsic
-def _mod8(typingctx, ib, nt, P, Z, ob, SP, SL, M1):  # noqa: ANN001
+def _mod8(typingctx, ib, nt, P, Z, ob, SP, SL, M1, FLAGS):  # noqa: ANN001
     """Pre-filter, low-pass and resonators of one block of 8 channels over ``ib (chunk, 8)``
     rows ``0 .. nt`` (overwritten with the pre-filtered signal): parameters ``P (NP, 8)``,
     states ``Z (NZ, 8)`` (updated), outputs into ``ob (M1 + 1, chunk, 8)``."""
-    lit = _lits(SP, SL, M1)
+    lit = _lits(SP, SL, M1, FLAGS)
     if lit is None:
         return None
-    nSP, nSL, nM1 = lit
+    nSP, nSL, nM1, flags = lit
+    by_sample, round32, square = bool(flags & 1), bool(flags & 2), bool(flags & 4)
     lay = _layout(nSP, nSL, nM1)
-    sig = types.none(ib, nt, P, Z, ob, SP, SL, M1)
+    sig = types.none(ib, nt, P, Z, ob, SP, SL, M1, FLAGS)
 
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
         wide_function(builder)
@@ -87,6 +93,20 @@ def _mod8(typingctx, ib, nt, P, Z, ob, SP, SL, M1):  # noqa: ANN001
         op = array_ptr(context, builder, at[4], args[4])
         nt = args[1]
         chunk = ir.Constant(_I64, _CHUNK)
+        nbands = ir.Constant(_I64, nM1 + 1)
+
+        def out_index(m: int, n: ir.Value) -> ir.Value:
+            # ob (M1 + 1, chunk, 8), or (chunk, M1 + 1, 8) with FLAGS bit 0
+            mm = ir.Constant(_I64, m)
+            if by_sample:
+                return builder.add(builder.mul(n, nbands), mm)
+            return builder.add(builder.mul(mm, chunk), n)
+
+        def final(v: ir.Value) -> ir.Value:
+            # FLAGS bit 1: the value a float32 output holds; bit 2: squared (rms pooling)
+            if round32:
+                v = vb.round_to_f32(v)
+            return vb.mul(v, v) if square else v
 
         def par(row: int) -> ir.Value:
             return vb.load(pp, row)
@@ -111,7 +131,7 @@ def _mod8(typingctx, ib, nt, P, Z, ob, SP, SL, M1):  # noqa: ANN001
             u = sections(vb.load(ip, n), lay["pre"], lay["zpre"], nSP, slots)
             vb.store(u, ip, n)
             w = sections(u, lay["lp"], lay["zlp"], nSL, slots)
-            vb.store(vb.mul(s0, w), op, n)
+            vb.store(final(vb.mul(s0, w)), op, out_index(0, n))
         for i, slot in slots.items():
             vb.store(builder.load(slot), zp, i)
 
@@ -141,8 +161,7 @@ def _mod8(typingctx, ib, nt, P, Z, ob, SP, SL, M1):  # noqa: ANN001
                     yi = vb.add(vb.mul(gr, ni), vb.mul(gi, nr))
                     mag = vb.sqrt(vb.add(vb.mul(yr, yr), vb.mul(yi, yi)))
                     out = vb.mul(k, vb.select(use_abs, mag, yr))
-                    idx = builder.add(builder.mul(ir.Constant(_I64, m + 1), chunk), n)
-                    vb.store(out, op, idx)
+                    vb.store(final(out), op, out_index(m + 1, n))
             for m in bands:
                 vb.store(builder.load(st[m][0]), zp, lay["zb"] + 2 * m)
                 vb.store(builder.load(st[m][1]), zp, lay["zb"] + 2 * m + 1)
@@ -210,7 +229,7 @@ def _blocks_kernel(x, P, Z, sc, y, SP, SL, M1):  # pragma: no cover - compiled
                 xc = x[b, c0 + min(lane, nl - 1)]
                 for n in range(nt):
                     ib[n, lane] = np.float64(xc[n0 + n])
-            _mod8(ib, nt, P[blk], Z[b, blk], ob, SP, SL, M1)
+            _mod8(ib, nt, P[blk], Z[b, blk], ob, SP, SL, M1, 0)
             # 8 x 8 tiles transposed in registers, then the tail and the bands a channel
             # does not have (zeros) sample by sample
             nt8 = nt // 8
@@ -229,6 +248,180 @@ def _blocks_kernel(x, P, Z, sc, y, SP, SL, M1):  # pragma: no cover - compiled
         restore_fp_mode(fp)
 
 
+@njit(parallel=True, **_NOPY)
+def _pooled_kernel(x, P, Z, s, e, nf, R, out, SP, SL, M1, FLAGS):  # noqa: E501  # pragma: no cover
+    # as _blocks_kernel, but each band's output is pooled at once instead of written:
+    # out[b, c, m, f] = the mean (or rms) over input samples [s[b, f], e[b, f]) of the band
+    # output held over R input samples per sample, with the arithmetic and summation order
+    # of lhotse_amt.kernels.paulick._pool_kernel on the output rounded to its dtype. FLAGS:
+    # 1 (samples band by band in the buffer) | 2 (float32 output) | 4 (rms pooling); _mod8
+    # rounds and squares. Bands a channel lacks have scale 0, so their values are +-0.0
+    # (the written output's 0.0; the same pooled values)
+    literally(SP)
+    literally(SL)
+    literally(M1)
+    literally(FLAGS)
+    rms = (FLAGS & 4) != 0
+    B, C, T = x.shape
+    NB = P.shape[0]
+    for job in prange(B * NB):
+        b = job // NB
+        blk = job - b * NB
+        c0 = blk * 8
+        nl = min(8, C - c0)
+        fp = denormals_off()
+        ib = np.empty((_CHUNK, 8))
+        D = (M1 + 1) * 8
+        ob = np.empty((_CHUNK, D))  # per sample: band by band, 8 channels each
+        first = np.zeros(D)  # value at a frame's first held sample
+        mid = np.zeros(D)  # sum over the frame's inner held samples
+        f = 0
+        F = nf[b]
+        for n0 in range(0, T, _CHUNK):
+            nt = min(_CHUNK, T - n0)
+            for lane in range(8):
+                xc = x[b, c0 + min(lane, nl - 1)]
+                for n in range(nt):
+                    ib[n, lane] = np.float64(xc[n0 + n])
+            _mod8(ib, nt, P[blk], Z[b, blk], ob, SP, SL, M1, FLAGS)
+            n = 0  # frame by frame over the chunk's samples
+            while n < nt and f < F:
+                q = n0 + n
+                sf = s[b, f]
+                ef = e[b, f]
+                qa = sf // R
+                qb = min((ef - 1) // R, T - 1)
+                if q < qa:  # no frame uses the samples before qa
+                    n = qa - n0
+                    continue
+                if q == qa:
+                    for i in range(D):
+                        first[i] = ob[n, i]
+                        mid[i] = 0.0
+                    if qb > qa:
+                        n += 1
+                        continue
+                else:  # the frame's inner samples in this chunk, in order
+                    stop = min(qb, n0 + nt) - n0
+                    for nn in range(n, stop):
+                        for i in range(D):
+                            mid[i] += ob[nn, i]
+                    n = stop
+                    if n == nt:
+                        break
+                # sample qb (= q): the frame is complete; the next frame may start at qb too
+                d = np.float64(ef - sf)
+                wa = np.float64(min(qa * R + R, ef) - sf)
+                w1 = np.float64(qa * R + R - sf)
+                wr = np.float64(R)
+                wb = np.float64(min(qb * R + R, ef) - qb * R)
+                for m in range(M1 + 1):
+                    for lane in range(nl):
+                        i = m * 8 + lane
+                        if qb == qa:
+                            acc = wa * first[i]
+                        else:
+                            acc = w1 * first[i] + wr * mid[i] + wb * ob[n, i]
+                        pv = acc / d
+                        out[b, c0 + lane, m, f] = math.sqrt(pv) if rms else pv
+                f += 1
+        restore_fp_mode(fp)
+
+
+class _Packed:
+    """Arguments of the kernels in their block layout, and the way back for the states."""
+
+    def __init__(
+        self,
+        x: torch.Tensor,
+        lp_sos: torch.Tensor,
+        prefilter_sos: torch.Tensor | None,
+        pole: torch.Tensor,
+        gain: torch.Tensor,
+        use_abs: torch.Tensor,
+        scale: torch.Tensor,
+        state: dict | None,
+    ) -> None:
+        self.lead = x.shape[:-2]
+        C, T = x.shape[-2], x.shape[-1]
+        self.xn = _np(x.reshape(-1, C, T))
+        B = self.xn.shape[0]
+        M1 = pole.shape[-1]
+        state = state or {}
+        pre = np.zeros((0, 6)) if prefilter_sos is None else _np(prefilter_sos).astype(np.float64)
+        lp = _np(lp_sos).astype(np.float64)
+        SP, SL = pre.shape[0], lp.shape[0]
+        self.has_pre = prefilter_sos is not None
+        self.B, self.C, self.T, self.M1, self.SP, self.SL = B, C, T, M1, SP, SL
+        self.lay = lay = _layout(SP, SL, M1)
+        self.NB = NB = -(-C // WIDTH)
+        CP = NB * WIDTH
+
+        def lanes(a: np.ndarray) -> np.ndarray:
+            # (..., C) -> (..., CP): padding lanes repeat the last channel (finite values)
+            a = np.asarray(a, np.float64)
+            if CP == C:
+                return a
+            return np.concatenate([a, np.repeat(a[..., -1:], CP - C, -1)], -1)
+
+        def blocks(a: np.ndarray) -> np.ndarray:
+            # (..., rows, CP) -> (..., NB, rows, 8)
+            *ld, rows, _ = a.shape
+            return np.ascontiguousarray(np.moveaxis(a.reshape(*ld, rows, NB, WIDTH), -2, -3))
+
+        def sos_rows(sos: np.ndarray) -> list[np.ndarray]:
+            # b0 b1 b2 a1 a2 of every section, the same for all channels
+            return [np.full(CP, sos[s, i]) for s in range(sos.shape[0]) for i in (0, 1, 2, 4, 5)]
+
+        self.sc = sc = _np(scale).astype(np.float64).reshape(C, M1 + 1)
+        p, g = _np(pole).reshape(C, M1), _np(gain).reshape(C, M1)
+        ab = _np(use_abs).reshape(C, M1)
+        rows = sos_rows(pre) + sos_rows(lp) + [lanes(sc[:, 0])]
+        per_band = (p.real, p.imag, np.real(g), np.imag(g), sc[:, 1:], ab.astype(np.float64))
+        for m in range(M1):
+            rows.extend(lanes(v[:, m]) for v in per_band)
+        self.P = blocks(np.stack(rows))
+        assert self.P.shape[1] == lay["NP"]
+
+        def zi(key: str, S: int) -> np.ndarray:  # (B, 2 S, CP), rows z0, z1 per section
+            if key in state:
+                z = _np(state[key]).astype(np.float64).reshape(B, C, S, 2)
+            else:
+                z = np.zeros((B, C, S, 2))
+            return lanes(z.reshape(B, C, 2 * S).transpose(0, 2, 1))
+
+        if "bp" in state:
+            s = _np(state["bp"]).reshape(B, C, M1).astype(np.complex128)
+        else:
+            s = np.zeros((B, C, M1), np.complex128)
+        zb = np.stack([s.real, s.imag], -1).reshape(B, C, 2 * M1).transpose(0, 2, 1)
+        self.Z = blocks(np.concatenate([zi("pre", SP), zi("lp", SL), lanes(zb)], 1))
+
+    def literals(self) -> tuple[int, int, int]:
+        return self.SP, self.SL, self.M1
+
+    def new_state(self) -> dict[str, torch.Tensor]:
+        """The updated states (keys ``pre``, ``lp``, ``bp`` as the unfused function)."""
+        B, C, M1, lay, lead = self.B, self.C, self.M1, self.lay, self.lead
+        Zn = np.moveaxis(self.Z, -3, -2).reshape(B, lay["NZ"], -1)[..., :C]  # (B, NZ, C)
+
+        def zout(off: int, S: int) -> torch.Tensor:
+            z = Zn[:, off : off + 2 * S].transpose(0, 2, 1).reshape(B, C, S, 2)
+            return torch.from_numpy(np.ascontiguousarray(z)).reshape(*lead, C, S, 2)
+
+        zb = Zn[:, lay["zb"] :].transpose(0, 2, 1).reshape(B, C, M1, 2)
+        new = {
+            "lp": zout(lay["zlp"], self.SL),
+            "bp": torch.complex(
+                torch.from_numpy(np.ascontiguousarray(zb[..., 0])),
+                torch.from_numpy(np.ascontiguousarray(zb[..., 1])),
+            ).reshape(*lead, C, M1, 1),
+        }
+        if self.has_pre:
+            new["pre"] = zout(lay["zpre"], self.SP)
+        return new
+
+
 def modulation_bank(
     x: torch.Tensor,
     lp_sos: torch.Tensor,
@@ -244,79 +437,45 @@ def modulation_bank(
     ``use_abs`` ``(C, M-1)``; ``scale (C, M)``. Returns ``(..., C, M, T)`` in ``x``'s dtype and
     the state (keys ``pre``, ``lp``, ``bp``)."""
     _threads()
-    lead = x.shape[:-2]
-    C, T = x.shape[-2], x.shape[-1]
-    xn = _np(x.reshape(-1, C, T))
-    B = xn.shape[0]
-    M1 = pole.shape[-1]
-    state = state or {}
-    pre = np.zeros((0, 6)) if prefilter_sos is None else _np(prefilter_sos).astype(np.float64)
-    lp = _np(lp_sos).astype(np.float64)
-    SP, SL = pre.shape[0], lp.shape[0]
-    lay = _layout(SP, SL, M1)
-    NB = -(-C // WIDTH)
-    CP = NB * WIDTH
+    k = _Packed(x, lp_sos, prefilter_sos, pole, gain, use_abs, scale, state)
+    y = np.empty((k.B, k.C, k.M1 + 1, k.T), k.xn.dtype)
+    if k.T > 0:
+        _call_literal(_blocks_kernel, (k.xn, k.P, k.Z, k.sc, y, *k.literals()), 3)
+    return torch.from_numpy(y).reshape(*k.lead, k.C, k.M1 + 1, k.T), k.new_state()
 
-    def lanes(a: np.ndarray) -> np.ndarray:
-        # (..., C) -> (..., CP): padding lanes repeat the last channel (finite values)
-        a = np.asarray(a, np.float64)
-        if CP == C:
-            return a
-        return np.concatenate([a, np.repeat(a[..., -1:], CP - C, -1)], -1)
 
-    def blocks(a: np.ndarray) -> np.ndarray:
-        # (..., rows, CP) -> (..., NB, rows, 8)
-        *ld, rows, _ = a.shape
-        return np.ascontiguousarray(np.moveaxis(a.reshape(*ld, rows, NB, WIDTH), -2, -3))
-
-    def unblocks(b: np.ndarray) -> np.ndarray:
-        *ld, nb, rows, w = b.shape
-        return np.moveaxis(b, -3, -2).reshape(*ld, rows, nb * w)[..., :C]
-
-    def sos_rows(sos: np.ndarray) -> list[np.ndarray]:
-        # b0 b1 b2 a1 a2 of every section, the same for all channels
-        return [np.full(CP, sos[s, i]) for s in range(sos.shape[0]) for i in (0, 1, 2, 4, 5)]
-
-    sc = _np(scale).astype(np.float64).reshape(C, M1 + 1)
-    p, g = _np(pole).reshape(C, M1), _np(gain).reshape(C, M1)
-    ab = _np(use_abs).reshape(C, M1)
-    rows = sos_rows(pre) + sos_rows(lp) + [lanes(sc[:, 0])]
-    per_band = (p.real, p.imag, np.real(g), np.imag(g), sc[:, 1:], ab.astype(np.float64))
-    for m in range(M1):
-        rows.extend(lanes(v[:, m]) for v in per_band)
-    Pm = blocks(np.stack(rows)) if rows else np.zeros((NB, 0, WIDTH))
-    assert Pm.shape[1] == lay["NP"]
-
-    def zi(key: str, S: int) -> np.ndarray:  # (B, 2 S, CP), rows z0, z1 per section
-        if key in state:
-            z = _np(state[key]).astype(np.float64).reshape(B, C, S, 2)
-        else:
-            z = np.zeros((B, C, S, 2))
-        return lanes(z.reshape(B, C, 2 * S).transpose(0, 2, 1))
-
-    if "bp" in state:
-        s = _np(state["bp"]).reshape(B, C, M1).astype(np.complex128)
-    else:
-        s = np.zeros((B, C, M1), np.complex128)
-    zb = np.stack([s.real, s.imag], -1).reshape(B, C, 2 * M1).transpose(0, 2, 1)
-    Zm = blocks(np.concatenate([zi("pre", SP), zi("lp", SL), lanes(zb)], 1))
-    y = np.empty((B, C, M1 + 1, T), xn.dtype)
-    if T > 0:
-        _call_literal(_blocks_kernel, (xn, Pm, Zm, sc, y, SP, SL, M1), 3)
-    Zn = unblocks(Zm)  # (B, NZ, C)
-
-    def zout(off: int, S: int) -> torch.Tensor:
-        z = Zn[:, off : off + 2 * S].transpose(0, 2, 1).reshape(B, C, S, 2)
-        return torch.from_numpy(np.ascontiguousarray(z)).reshape(*lead, C, S, 2)
-
-    zb = Zn[:, lay["zb"] :].transpose(0, 2, 1).reshape(B, C, M1, 2)
-    new = {
-        "lp": zout(lay["zlp"], SL),
-        "bp": torch.complex(
-            torch.from_numpy(np.ascontiguousarray(zb[..., 0])),
-            torch.from_numpy(np.ascontiguousarray(zb[..., 1])),
-        ).reshape(*lead, C, M1, 1),
-    }
-    if prefilter_sos is not None:
-        new["pre"] = zout(lay["zpre"], SP)
-    return torch.from_numpy(y).reshape(*lead, C, M1 + 1, T), new
+def modulation_bank_pooled(
+    x: torch.Tensor,
+    lp_sos: torch.Tensor,
+    prefilter_sos: torch.Tensor | None,
+    pole: torch.Tensor,
+    gain: torch.Tensor,
+    use_abs: torch.Tensor,
+    scale: torch.Tensor,
+    state: dict | None,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    counts: np.ndarray,
+    R: int,
+    rms: bool,
+) -> tuple[np.ndarray, dict]:
+    """:func:`modulation_bank` followed by frame pooling of the held output, without the
+    ``(B, C, M, T)`` output: ``x (B, C, T)`` (other arguments as :func:`modulation_bank`);
+    row ``b`` has ``counts[b]`` frames, frame ``f`` covering input samples
+    ``[starts[b, f], ends[b, f])`` of the signal held over ``R`` input samples per sample of
+    ``x`` (``starts``/``ends`` ``(B, F)`` int64). Returns the frame means (rms if ``rms``)
+    ``(B, C, M, F)`` float64, equal bit for bit to
+    :func:`lhotse_amt.kernels.paulick.pool_held` of :func:`modulation_bank`'s output, and the
+    new state."""
+    _threads()
+    k = _Packed(x, lp_sos, prefilter_sos, pole, gain, use_abs, scale, state)
+    starts = np.ascontiguousarray(starts, np.int64).reshape(k.B, -1)
+    ends = np.ascontiguousarray(ends, np.int64).reshape(k.B, -1)
+    counts = np.ascontiguousarray(counts, np.int64).reshape(k.B)
+    out = np.zeros((k.B, k.C, k.M1 + 1, starts.shape[1]))
+    if k.T > 0:  # (also without frames: the states advance)
+        round32 = k.xn.dtype == np.float32
+        flags = 1 | 2 * int(round32) | 4 * int(bool(rms))
+        args = (k.xn, k.P, k.Z, starts, ends, counts, int(R), out)
+        _call_literal(_pooled_kernel, (*args, *k.literals(), flags), 4)
+    return out, k.new_state()
