@@ -5,8 +5,11 @@ RTF = processing time / audio duration at 44.1 kHz (default configuration: 50 DR
 channels, float32), per item of the batch: ``time / (batch * seconds)``, so batch 8 should
 cost no more than batch 1. Input: noise with a 1/f-ish spectrum and 8-Hz envelope at
 65 dB SPL (AMT scale, rms 1 = 100 dB SPL). Best of ``--reps`` runs (other processes on
-the machine only make runs slower); wall-clock and process CPU time are both printed. The
-peak resident set size of the process is printed after each row (it only grows).
+the machine only make runs slower); wall-clock and process CPU time are both printed, and
+the CPU time split into user and system (kernel) time: the system part is mostly the
+operating system's cost of first touching freshly allocated memory (the model forward's
+sample-rate output), which varies with the machine's memory state. The peak resident set
+size of the process is printed after each row (it only grows).
 
     python benchmarks/bench_issue4_paulick.py [--durations 1 10] [--batches 1 8] [--reps 2]
         [--what model extractor] [--channels 50] [--dtype float32]
@@ -15,6 +18,7 @@ peak resident set size of the process is printed after each row (it only grows).
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import time
 
@@ -38,15 +42,18 @@ def signal(seconds: float, batch: int) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def timed(fn, reps: int) -> tuple[float, float]:
+def timed(fn, reps: int) -> tuple[float, float, float, float]:
+    """Best wall, CPU, user and system seconds of ``reps`` runs (CPU split of the best run)."""
     fn()  # warm-up (numba compilation from cache, allocator)
-    wall = cpu = float("inf")
+    wall = cpu = user = system = float("inf")
     for _ in range(reps):
-        t, c = time.perf_counter(), time.process_time()
+        t, c, o = time.perf_counter(), time.process_time(), os.times()
         fn()
-        wall = min(wall, time.perf_counter() - t)
-        cpu = min(cpu, time.process_time() - c)
-    return wall, cpu
+        w, d, o2 = time.perf_counter() - t, time.process_time() - c, os.times()
+        wall = min(wall, w)
+        if d < cpu:
+            cpu, user, system = d, o2.user - o.user, o2.system - o.system
+    return wall, cpu, user, system
 
 
 def peak_rss_mb() -> float:
@@ -67,8 +74,8 @@ def main() -> None:
     model = Paulick2024(FS, n_channels=args.channels, dtype=dtype)
     ex = Paulick2024Extractor(Paulick2024Config(n_channels=args.channels, dtype=args.dtype))
     print(f"Paulick2024, fs={FS}, {args.channels} channels, {args.dtype}, 1 thread")
-    head = ("what", "dur", "batch", "RTF wall", "RTF cpu", "peak RSS MB")
-    print("{:10s} {:>5s} {:>5s} {:>9s} {:>8s} {:>12s}".format(*head))
+    head = ("what", "dur", "batch", "RTF wall", "RTF cpu", "(user", "sys)", "peak RSS MB")
+    print("{:10s} {:>5s} {:>5s} {:>9s} {:>8s} {:>7s} {:>7s} {:>12s}".format(*head))
     for what in args.what:
         for seconds in args.durations:
             for batch in args.batches:
@@ -86,11 +93,11 @@ def main() -> None:
                     def fn(xs=xs):
                         ex.extract_batch(xs, FS)
 
-                wall, cpu = timed(fn, args.reps)
+                wall, cpu, user, system = timed(fn, args.reps)
                 n = batch * seconds
                 print(
                     f"{what:10s} {seconds:5.1f} {batch:5d} {wall / n:9.4f} {cpu / n:8.4f} "
-                    f"{peak_rss_mb():12.0f}",
+                    f"{user / n:7.4f} {system / n:7.4f} {peak_rss_mb():12.0f}",
                     flush=True,
                 )
 
