@@ -13,7 +13,8 @@ vector, :mod:`lhotse_amt.kernels.simd`); each block runs over the signal in chun
 3. the complex one-pole resonators, ``_BAND_GROUP`` bands per pass over the chunk (their
    states and coefficients in registers), each band's output ``k * |y|`` or ``k * Re y``
    (per channel) into a buffer ``(bands, chunk, 8)``;
-4. the buffer is written into the ``(B, C, M, T)`` output.
+4. the buffer is written into the ``(B, C, M, T)`` output as 8 x 8 tiles (8 samples of 8
+   channels) transposed in registers, one vector store per channel.
 
 :func:`modulation_bank_pooled` replaces step 4 by the frame pooling of the
 ``amt-paulick2024`` extractor (:func:`lhotse_amt.kernels.paulick.pool_held`, the same
