@@ -18,6 +18,7 @@ size after each row.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import time
 
@@ -44,16 +45,21 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def timed(fn, reps: int = 1) -> float:
+def timed(fn, reps: int = 1) -> tuple[float, float, float]:
     """Best CPU (process) time of ``reps`` runs after a warm-up (the machine may be
-    shared: process time is not inflated by other processes' load)."""
-    fn()  # warm-up (numba compilation, caches)
-    best = float("inf")
+    shared: process time is not inflated by other processes' load), with its split into
+    user and system (kernel) seconds. System time is mostly the operating system zeroing
+    the fresh pages of large outputs (the model forward's sample-rate tensors); on this
+    VM it is high the first time the process grows, which the warm-up absorbs."""
+    fn()  # warm-up (numba compilation, caches, first growth of the process)
+    best = user = system = float("inf")
     for _ in range(reps):
-        t = time.process_time()
+        t, o = time.process_time(), os.times()
         fn()
-        best = min(best, time.process_time() - t)
-    return best
+        d, o2 = time.process_time() - t, os.times()
+        if d < best:
+            best, user, system = d, o2.user - o.user, o2.system - o.system
+    return best, user, system
 
 
 def stagewise(ex):
@@ -91,7 +97,7 @@ def main() -> None:
     print(f"float32, torch threads={torch.get_num_threads()}, best of {args.reps}; target 0.05")
     print(
         f"{'model':<10} {'fs':>6} {'what':<9} {'dur':>5} {'batch':>5} {'RTF':>8} "
-        f"{'peak RSS MB':>12}"
+        f"{'(user':>7} {'sys)':>7} {'peak RSS MB':>12}"
     )
     for fs in args.rates:
         for name, (model, ex, ex_sw) in _models(fs).items():
@@ -105,10 +111,10 @@ def main() -> None:
                         "stagewise": lambda xs=xs, ex=ex_sw, fs=fs: ex.extract_batch(xs, fs),
                     }
                     for what in args.what:
-                        rtf = timed(fns[what], args.reps) / (dur * B)
+                        cpu, user, system = (v / (dur * B) for v in timed(fns[what], args.reps))
                         print(
-                            f"{name:<10} {fs:>6d} {what:<9} {dur:>5g} {B:>5d} {rtf:>8.4f} "
-                            f"{peak_rss_mb():>12.0f}",
+                            f"{name:<10} {fs:>6d} {what:<9} {dur:>5g} {B:>5d} {cpu:>8.4f} "
+                            f"{user:>7.4f} {system:>7.4f} {peak_rss_mb():>12.0f}",
                             flush=True,
                         )
 

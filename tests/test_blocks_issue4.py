@@ -91,6 +91,34 @@ def test_gradcheck_phase_insensitivity_and_resample():
     np.testing.assert_allclose(env, np.abs(scipy.signal.hilbert(x.detach().numpy())), atol=1e-12)
 
 
+@pytest.mark.parametrize("T", [1, 2, 23, 24, 1001])
+def test_hilbert_envelope_matches_scipy_odd_and_even_lengths(T):
+    x = torch.randn(3, T, **D64)
+    expect = np.abs(scipy.signal.hilbert(x.numpy()))
+    np.testing.assert_allclose(hilbert_envelope(x).numpy(), expect, rtol=1e-12, atol=1e-12)
+    x32 = x.float()
+    np.testing.assert_allclose(hilbert_envelope(x32).numpy(), expect, rtol=1e-4, atol=1e-5)
+    xg = x.clone().requires_grad_(True)
+    np.testing.assert_allclose(hilbert_envelope(xg).detach().numpy(), expect, atol=1e-12)
+
+
+def test_phase_insensitivity_in_place_equals_out_of_place(monkeypatch):
+    import lhotse_amt.functional.king2019_modulation as km
+
+    mfc = np.array([2.0, 13.7, 35.9])
+    x = torch.randn(2, 5, 3, 301, **D64)
+    ref = phase_insensitivity(x, mfc)
+    assert torch.equal(ref[..., 0, :], x[..., 0, :]) and not torch.equal(ref, x)
+    monkeypatch.setattr(km, "_PI_BLOCK_SAMPLES", 3 * 301)  # 3 rows per block: 4 blocks
+    for y in (x.clone(), x.clone().transpose(0, 1)):  # evenly and unevenly strided rows
+        out = phase_insensitivity(y, mfc, inplace=True)
+        assert out is y
+        expect = ref if y.shape[0] == 2 else ref.transpose(0, 1)
+        torch.testing.assert_close(out, expect, rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="autograd"):
+        phase_insensitivity(x.clone().requires_grad_(True), mfc, inplace=True)
+
+
 def test_modulation_frequencies():
     np.testing.assert_allclose(
         king2019_modulation_frequencies(), [2, 5.236068, 13.708204, 35.888544, 93.957428], rtol=1e-6

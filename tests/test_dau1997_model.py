@@ -60,6 +60,24 @@ def test_streaming_equals_one_shot_and_no_hidden_state():
     assert all(torch.equal(p, q) for p, q in zip(y1, y2))
 
 
+def test_batched_inference_equals_graph_path():
+    """Without autograd a batch runs item by item into one output tensor (compiled
+    kernels): item for item the values of the autograd path (plain-torch recursions,
+    rounding differences only) and of the single-signal call (identical)."""
+    m = Dau1997(16000, dtype=torch.float64)
+    x = torch.randn(3, 2500, dtype=torch.float64) * 0.01
+    with torch.no_grad():
+        fast = m(x)
+    graph = m(x.clone().requires_grad_(True))
+    assert all(g.requires_grad for g in graph) and not any(f.requires_grad for f in fast)
+    for f, g in zip(fast, graph):
+        torch.testing.assert_close(f, g.detach(), rtol=1e-8, atol=1e-12)
+    with torch.no_grad():
+        one = m(x[1])
+    for f, o in zip(fast, one):
+        assert torch.equal(f[1], o)
+
+
 def test_backward_through_whole_model():
     m = Dau1997(8000, fhigh=3000, learnable=True, dtype=torch.float64)
     x = torch.randn(1, 200, dtype=torch.float64) * 0.02

@@ -65,6 +65,27 @@ def test_float32_every_stage(signal, fs):
     assert np.abs(y - d["mod"])[mask].max() / np.abs(d["mod"]).max() <= 1e-3
 
 
+def test_batched_inference_equals_stage_keeping_path_and_reference():
+    """Without autograd a batch runs item by item into one output: each item equals the
+    single-signal, stage-keeping (``return_stages``) run and still matches AMT."""
+    d = load_reference("osses2021_am8_fs16000.npz")
+    x = torch.from_numpy(d["x"])
+    model, chans, _ = _run(d, torch.float64)
+    fast = Osses2021(d["fs"], preset="amt-1.4", dtype=torch.float64)
+    with torch.no_grad():
+        batch = fast(torch.stack([x, 0.3 * x.flip(0), x]))
+        single = fast(0.3 * x.flip(0))
+    assert len(batch) == len(chans)
+    for c, ref in enumerate(chans):
+        assert batch[c].shape == (3, *ref.shape)
+        torch.testing.assert_close(batch[c][0], ref, rtol=1e-12, atol=1e-15)
+        torch.testing.assert_close(batch[c][2], ref, rtol=1e-12, atol=1e-15)
+        torch.testing.assert_close(batch[c][1], single[c], rtol=1e-12, atol=1e-15)
+    i, c = 0, int(d["channel_index"][0])
+    y = batch[c][0].numpy()[:, : d["n_samples_covered_mod"] : d["t_stride_mod"]]
+    assert rel_err(y, d["mod"][i, : d["n_mfc"][i]]) <= 1e-6
+
+
 @pytest.mark.parametrize("preset", ["amt-1.4", None])
 def test_chunked_stream_equals_one_shot(preset):
     fs = 16000

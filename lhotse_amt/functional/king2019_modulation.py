@@ -37,6 +37,7 @@ __all__ = [
     "tf_filter",
     "tf_to_statespace",
     "king2019_modulation_filterbank",
+    "hilbert_transform",
     "hilbert_envelope",
     "phase_insensitivity",
 ]
@@ -199,27 +200,70 @@ def king2019_modulation_filterbank(
     return (y, st) if return_state else y
 
 
-def hilbert_envelope(x: Tensor) -> Tensor:
-    """``|analytic(x)|`` along the last axis (FFT of the whole length, as
-    :func:`scipy.signal.hilbert`)."""
+#: samples per block of the in-place phase insensitivity (~16 MB of complex64 spectrum)
+_PI_BLOCK_SAMPLES = 1 << 22
+
+
+def hilbert_transform(x: Tensor) -> Tensor:
+    """Hilbert transform ``H{x}`` along the last axis, the imaginary part of the
+    analytic signal of :func:`scipy.signal.hilbert` (FFT of the whole length): the
+    inverse real FFT of ``-i sign(f) X(f)`` (DC and, for even lengths, Nyquist set to
+    zero). Two real-input FFTs instead of a full complex inverse FFT. Same shape and
+    real dtype as ``x``."""
     T = x.shape[-1]
-    X = torch.fft.fft(x, dim=-1)
-    h = torch.zeros(T, dtype=x.dtype, device=x.device)
+    X = torch.fft.rfft(x, dim=-1)
+    X[..., 0] = 0
     if T % 2 == 0:
-        h[0] = h[T // 2] = 1.0
-        h[1 : T // 2] = 2.0
-    else:
-        h[0] = 1.0
-        h[1 : (T + 1) // 2] = 2.0
-    return torch.fft.ifft(X * h, dim=-1).abs()
+        X[..., -1] = 0
+    # -i (a + ib) = b - ia
+    X = torch.complex(X.imag, -X.real) if X.requires_grad else X.mul_(-1j)
+    return torch.fft.irfft(X, n=T, dim=-1)
 
 
-def phase_insensitivity(x: Tensor, mfc: Tensor | np.ndarray, cutoff: float = 10.0) -> Tensor:
+def hilbert_envelope(x: Tensor) -> Tensor:
+    """``|x + i H{x}|`` along the last axis (the magnitude of :func:`scipy.signal.hilbert`
+    of ``x``; see :func:`hilbert_transform`). Differentiable (the gradient at a zero
+    envelope is zero, as for ``abs``)."""
+    h = hilbert_transform(x)
+    if torch.is_grad_enabled() and (x.requires_grad or h.requires_grad):
+        return torch.complex(x, h).abs()
+    return torch.hypot(x, h, out=h)
+
+
+def phase_insensitivity(
+    x: Tensor, mfc: Tensor | np.ndarray, cutoff: float = 10.0, *, inplace: bool = False
+) -> Tensor:
     """Phase-insensitive output of ``x (..., M, T)`` (band ``m`` at ``mfc[m]`` Hz): the
-    rms-matched Hilbert envelope for ``mfc > cutoff``, ``x`` otherwise. Non-causal."""
+    rms-matched Hilbert envelope for ``mfc > cutoff``, ``x`` otherwise. Non-causal.
+
+    ``inplace=True`` (no autograd) overwrites the selected bands of ``x`` and returns it;
+    the envelopes are then computed a few rows at a time, so the temporary FFT buffers
+    stay small (tens of MB) whatever the size of ``x``."""
     mfc = torch.as_tensor(np.asarray(mfc, dtype=np.float64))
     sel = torch.nonzero(mfc > cutoff).flatten().tolist()
     if not sel:
+        return x
+    if inplace:
+        if torch.is_grad_enabled() and x.requires_grad:
+            raise ValueError("phase_insensitivity(inplace=True) needs no autograd on x")
+        T = x.shape[-1]
+        rows_per_block = max(1, _PI_BLOCK_SAMPLES // max(T, 1))
+        with torch.no_grad():
+            for m in sel:
+                view = x[..., m, :]
+                try:
+                    flat, copied = view.view(-1, T), False
+                except RuntimeError:  # rows not evenly strided: work on a copy
+                    flat, copied = view.reshape(-1, T), True
+                for r0 in range(0, flat.shape[0], rows_per_block):
+                    rows = flat[r0 : r0 + rows_per_block]
+                    env = hilbert_envelope(rows)
+                    rx = rows.square().mean(-1, keepdim=True).sqrt()
+                    re = env.square().mean(-1, keepdim=True).sqrt()
+                    ratio = torch.where(re > 0, rx / torch.where(re > 0, re, 1.0), 0.0)
+                    rows.copy_(env.mul_(ratio))
+                if copied:
+                    view.copy_(flat.view(view.shape))
         return x
     idx = torch.as_tensor(sel, device=x.device)
     xs = x.index_select(-2, idx)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from numba import njit
 
+from . import _alloc
 from .fastmath import denormals_off, prefer_wide_vectors, restore_fp_mode
 
 __all__ = ["agc_numba", "agc_numba_cols", "agc_numba_state", "agc_triton", "HAS_TRITON"]
@@ -94,7 +95,7 @@ def _run(kernel, x: torch.Tensor, attack: float, release: float) -> torch.Tensor
     xn = np.ascontiguousarray(x.detach().cpu().numpy())
     if xn.dtype not in (np.float32, np.float64):
         raise ValueError(f"unsupported dtype {xn.dtype}")
-    y = np.empty_like(xn)
+    y = _alloc.empty_like(xn)
     if xn.size:
         t = xn.dtype.type
         kernel(xn, t(attack), t(release), t(0.0), y)
@@ -108,7 +109,7 @@ def agc_numba_state(x: np.ndarray, attack: float, release: float, state: np.ndar
     consecutive blocks equal one call on the whole signal (``state = 0`` initially).
     """
     xn = np.ascontiguousarray(x)
-    y = np.empty_like(xn)
+    y = _alloc.empty_like(xn)
     if xn.shape[1] > 0:
         t = xn.dtype.type
         _agc_kernel_state(xn, t(attack), t(release), state, y)

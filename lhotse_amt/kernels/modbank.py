@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from . import _alloc
 from .cpu import _np, _threads
 from .fastmath import assume_distinct_arrays, denormals_off, prefer_wide_vectors, restore_fp_mode
 
@@ -179,7 +180,7 @@ def modulation_bank(
     sc = np.zeros((C, MP + 1))
     sc[:, : M1 + 1] = _np(scale).astype(np.float64).reshape(C, M1 + 1)
     ab = _pad(_np(use_abs).astype(np.bool_), np.bool_)
-    y = np.empty((B, C, M1 + 1, T), dt)
+    y = _alloc.empty((B, C, M1 + 1, T), dt)
     if T > 0:
         _kernel(
             xn, pre, zpre, lp, zlp,

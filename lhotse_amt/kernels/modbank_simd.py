@@ -36,6 +36,7 @@ from numba import literally, njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from . import _alloc
 from .cpu import _np, _threads
 from .fastmath import denormals_off, restore_fp_mode
 from .paulick_simd import _call_literal, _lits
@@ -439,7 +440,7 @@ def modulation_bank(
     the state (keys ``pre``, ``lp``, ``bp``)."""
     _threads()
     k = _Packed(x, lp_sos, prefilter_sos, pole, gain, use_abs, scale, state)
-    y = np.empty((k.B, k.C, k.M1 + 1, k.T), k.xn.dtype)
+    y = _alloc.empty((k.B, k.C, k.M1 + 1, k.T), k.xn.dtype)
     if k.T > 0:
         _call_literal(_blocks_kernel, (k.xn, k.P, k.Z, k.sc, y, *k.literals()), 3)
     return torch.from_numpy(y).reshape(*k.lead, k.C, k.M1 + 1, k.T), k.new_state()

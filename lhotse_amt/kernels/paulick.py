@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from . import paulick_simd
+from . import _alloc, paulick_simd
 from .cpu import _threads
 from .fastmath import (
     denormals_off,
@@ -582,7 +582,7 @@ def drnl(
     N, T = xn.shape
     C = args[0].shape[0]
     # the kernel writes its float64 results straight into an array of the input dtype
-    y = np.empty((N, C, T), _out_dtype(x))
+    y = _alloc.empty((N, C, T), _out_dtype(x))
     if T > 0:
         _drnl_kernel(xn, *args, xn.dtype.type(c), *zs, y)
     new = {k: _state_back(z, lead).to(x.device) for k, z in zip(("lin", "nl1", "nl2"), zs)}
@@ -596,7 +596,7 @@ def fir(buf: torch.Tensor, w: torch.Tensor, start: int, stride: int, n_out: int)
     does not depend on how a signal is cut into chunks."""
     _threads()
     b = _np(buf)
-    y = np.empty((b.shape[0], n_out), b.dtype)
+    y = _alloc.empty((b.shape[0], n_out), b.dtype)
     if n_out > 0:
         _fir_kernel(b, _np(w, np.float64), int(start), int(stride), y)
     return torch.from_numpy(y).to(buf.device)
@@ -638,7 +638,7 @@ def ihc(
     xn = _np(x.reshape(-1, C, T))
     dt = xn.dtype
     w = _np(state.expand(*lead).reshape(-1, C), dt).copy()
-    y = np.empty_like(xn)
+    y = _alloc.empty_like(xn)
     if T > 0:
         _ihc_kernel(xn, _ihc_pack(consts, dt), w, y)
     return (
@@ -718,7 +718,7 @@ def frontend(
         hist = np.zeros((N, 0, C), dt)
         t0 = j0 = 0
         M = T
-    y = np.empty((N, C, M), _out_dtype(x))
+    y = _alloc.empty((N, C, M), _out_dtype(x))
     if T > 0:
         # the kernel's channel axis padded to a multiple of 8 (whole 512-bit vectors, no
         # scalar remainder) on 64-byte-aligned rows; the padding lanes repeat the last channel

@@ -3,6 +3,7 @@ through stateful stages, and the torch_amt output conventions."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -44,6 +45,27 @@ class StreamingModel(nn.Module):
         ref = next(iter(self.buffers()), None)
         device = ref.device if ref is not None else x.device
         return x.to(device=device, dtype=self.dtype), squeeze
+
+    def _needs_grad(self, x: Tensor) -> bool:
+        """Whether autograd records this call (input or a parameter requires grad)."""
+        if not torch.is_grad_enabled():
+            return False
+        return x.requires_grad or any(p.requires_grad for p in self.parameters())
+
+    @staticmethod
+    def _itemwise(x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
+        """``fn`` (batch in, batch out; items independent) applied to ``x (B, T)`` one
+        item at a time, the results written into one output tensor: peak memory is the
+        output plus one item's intermediates, not ``B`` items' (inference only)."""
+        first = fn(x[:1])
+        if x.shape[0] == 1:
+            return first
+        out = first.new_empty((x.shape[0], *first.shape[1:]))
+        out[:1] = first
+        del first
+        for b in range(1, x.shape[0]):
+            out[b : b + 1] = fn(x[b : b + 1])
+        return out
 
     def _stages(
         self, x: Tensor, state: dict[str, Any] | None, upto: str | None

@@ -162,7 +162,15 @@ class Dau1997(StreamingModel):
 
     def forward(self, x: Tensor) -> list[Tensor] | tuple[list[Tensor], dict[str, Tensor]]:
         xb, squeeze = self._prepare(x)
-        out, _ = self._stages(xb, None, None)
+        if not self.return_stages and not self._needs_grad(xb):
+            # inference: item by item into one output (peak memory: output + one item)
+            out = {
+                "modulation": self._itemwise(
+                    xb, lambda v: self._stages(v, None, None)[0]["modulation"]
+                )
+            }
+        else:
+            out, _ = self._stages(xb, None, None)
         mod = out["modulation"]
         if squeeze:
             mod = mod[0]

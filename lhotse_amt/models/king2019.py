@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -215,12 +216,29 @@ class King2019(StreamingModel):
             out["modulation"] = y
         return out, new
 
+    def _mfc_np(self) -> np.ndarray:
+        return self.mfc.detach().cpu().double().numpy()
+
+    def _modulation_output(self, x: Tensor) -> Tensor:
+        """Modulation filterbank output ``(B, F, M, T)`` of ``x (B, T)``, phase
+        insensitivity applied in place (no autograd)."""
+        y = self._stages(x, None, None)[0]["modulation"]
+        if self.phase_insensitive:
+            y = phase_insensitivity(y, self._mfc_np(), self.pi_cutoff, inplace=True)
+        return y
+
     def forward(self, x: Tensor) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         xb, squeeze = self._prepare(x)
-        out, _ = self._stages(xb, None, None)
-        y = out["modulation"]  # (B, F, M, T)
-        if self.phase_insensitive:
-            y = phase_insensitivity(y, self.mfc.detach().cpu().double().numpy(), self.pi_cutoff)
+        if not self.return_stages and not self._needs_grad(xb):
+            # inference: item by item into one output tensor, phase insensitivity in
+            # place (peak memory: the output plus one item's stages)
+            y = self._itemwise(xb, self._modulation_output)
+            out = {}
+        else:
+            out, _ = self._stages(xb, None, None)
+            y = out["modulation"]  # (B, F, M, T)
+            if self.phase_insensitive:
+                y = phase_insensitivity(y, self._mfc_np(), self.pi_cutoff)
         if self.subfs is not None and self.subfs != self.fs:
             up, down = rational_factors(self.fs, self.subfs)
             y = resample_poly(y, up, down)

@@ -232,7 +232,11 @@ class Osses2021(StreamingModel):
 
     def forward(self, x: Tensor) -> list[Tensor] | tuple[list[Tensor], dict[str, Tensor]]:
         xb, squeeze = self._prepare(x)
-        out = self.run(xb)
+        if not self.return_stages and not self._needs_grad(xb):
+            # inference: item by item into one output (peak memory: output + one item)
+            out = {"modulation": self._itemwise(xb, lambda v: self.run(v)["modulation"])}
+        else:
+            out = self.run(xb)
         if squeeze:
             out = {k: v[0] for k, v in out.items()}
         mod = out["modulation"]
