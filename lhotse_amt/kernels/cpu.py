@@ -21,6 +21,7 @@ from numba import njit, prange
 from . import _alloc
 from .fastmath import (
     KERNEL_OPTS,
+    assume_distinct_arrays,
     denormals_off,
     exp_nonpos_inline,
     restore_fp_mode,
@@ -44,23 +45,80 @@ def _np(t: torch.Tensor) -> np.ndarray:
 # --------------------------------------------------------------------------------------
 
 
+_LANE_OPTS = dict(_NOPY, boundscheck=False)
+_LANE_OPTS = dict(_NOPY, boundscheck=False)
+_LANES = 32  # rows per group of the lane kernels: 4 independent 8-lane vectors
+_CHUNK = 256  # samples per transposed chunk of the lane kernels
+
+
+@njit(inline="always", **_NOPY)
+def _lane_rows(N, g):  # pragma: no cover - compiled
+    # rows of lane group g: first row, row count, lane count (a multiple of 8; padding
+    # lanes repeat the group's last row) and the row of every lane
+    c0 = g * _LANES
+    nc = min(_LANES, N - c0)
+    W = (nc + 7) // 8 * 8
+    idx = np.empty(W, np.int64)
+    for k in range(W):
+        idx[k] = c0 + min(k, nc - 1)
+    return c0, nc, W, idx
+
+
+@njit(**_LANE_OPTS)
+def _sos_lanes(buf, n, co, z0, z1):  # pragma: no cover - compiled
+    # the first n rows (samples) of buf (chunk, W) through the sections, in place; its own
+    # function so that its array arguments can be marked distinct (the lane loops vectorise)
+    assume_distinct_arrays()
+    S, _, W = co.shape
+    for i in range(n):
+        for s in range(S):
+            for k in range(W):
+                v = buf[i, k]
+                out = co[s, 0, k] * v + z0[s, k]
+                z0[s, k] = co[s, 1, k] * v - co[s, 3, k] * out + z1[s, k]
+                z1[s, k] = co[s, 2, k] * v - co[s, 4, k] * out
+                buf[i, k] = out
+
+
 @njit(parallel=True, **_NOPY)
 def _sosfilt_kernel(x, sos, zi, y):  # pragma: no cover - compiled
+    # rows in groups of up to 32 vector lanes (see _adaptation_kernel): per sample, each
+    # section is one loop over the lanes; same operations in the same order per row as a
+    # row-by-row transposed direct form II
     N, T = x.shape
     S = sos.shape[1]
-    for c in prange(N):
+    dt = x.dtype
+    for g in prange((N + _LANES - 1) // _LANES):
         fp = denormals_off()
-        z = zi[c].copy()
-        for n in range(T):
-            v = x[c, n]
+        c0, nc, W, idx = _lane_rows(N, g)
+        co = np.empty((S, 5, W), dt)
+        z0 = np.empty((S, W), dt)
+        z1 = np.empty((S, W), dt)
+        for k in range(W):
+            c = idx[k]
             for s in range(S):
-                b0 = sos[c, s, 0]
-                out = b0 * v + z[s, 0]
-                z[s, 0] = sos[c, s, 1] * v - sos[c, s, 4] * out + z[s, 1]
-                z[s, 1] = sos[c, s, 2] * v - sos[c, s, 5] * out
-                v = out
-            y[c, n] = v
-        zi[c] = z
+                co[s, 0, k] = sos[c, s, 0]
+                co[s, 1, k] = sos[c, s, 1]
+                co[s, 2, k] = sos[c, s, 2]
+                co[s, 3, k] = sos[c, s, 4]
+                co[s, 4, k] = sos[c, s, 5]
+                z0[s, k] = zi[c, s, 0]
+                z1[s, k] = zi[c, s, 1]
+        buf = np.empty((_CHUNK, W), dt)
+        for t0 in range(0, T, _CHUNK):
+            n = min(_CHUNK, T - t0)
+            for k in range(W):
+                c = idx[k]
+                for i in range(n):
+                    buf[i, k] = x[c, t0 + i]
+            _sos_lanes(buf, n, co, z0, z1)
+            for k in range(nc):
+                for i in range(n):
+                    y[c0 + k, t0 + i] = buf[i, k]
+        for k in range(nc):
+            for s in range(S):
+                zi[c0 + k, s, 0] = z0[s, k]
+                zi[c0 + k, s, 1] = z1[s, k]
         restore_fp_mode(fp)
 
 
@@ -175,10 +233,6 @@ def one_pole_cascade(
 # --------------------------------------------------------------------------------------
 
 
-_ADAPT_CHUNK = 256  # samples per transposed chunk
-_ADAPT_LANES = 32  # channels per group: 4 independent 8-lane vectors hide the latency
-
-
 @njit(parallel=True, **KERNEL_OPTS)
 def _adaptation_kernel(x, a, m, minlvl, use_limit, s, y):  # pragma: no cover - compiled
     # groups of up to 32 channels, one per vector lane: a chunk of samples is transposed
@@ -190,15 +244,9 @@ def _adaptation_kernel(x, a, m, minlvl, use_limit, s, y):  # pragma: no cover - 
     N, T = x.shape
     J = a.shape[1]
     dt = x.dtype
-    G = (N + _ADAPT_LANES - 1) // _ADAPT_LANES
-    for g in prange(G):
+    for g in prange((N + _LANES - 1) // _LANES):
         fp = denormals_off()
-        c0 = g * _ADAPT_LANES
-        nc = min(_ADAPT_LANES, N - c0)
-        W = (nc + 7) // 8 * 8  # padding lanes repeat the group's last channel
-        idx = np.empty(W, np.int64)
-        for k in range(W):
-            idx[k] = c0 + min(k, nc - 1)
+        c0, nc, W, idx = _lane_rows(N, g)
         aa = np.empty((J, W), dt)
         ab = np.empty((J, W), dt)
         mm = np.empty((J, W), dt)
@@ -214,11 +262,11 @@ def _adaptation_kernel(x, a, m, minlvl, use_limit, s, y):  # pragma: no cover - 
                 mm[j, k] = m[c, j]
                 aq[j, k] = -2.0 / m[c, j]
                 st[j, k] = s[c, j]
-        buf = np.empty((_ADAPT_CHUNK, W), dt)
+        buf = np.empty((_CHUNK, W), dt)
         v = np.empty(W, dt)
         e = np.empty(W, np.float64)
-        for t0 in range(0, T, _ADAPT_CHUNK):
-            n = min(_ADAPT_CHUNK, T - t0)
+        for t0 in range(0, T, _CHUNK):
+            n = min(_CHUNK, T - t0)
             for k in range(W):
                 c = idx[k]
                 for i in range(n):
