@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 from numba import njit
 
 from .fastmath import prefer_wide_vectors
@@ -545,5 +546,8 @@ def sliding_dft_power(
     nbl = length // hop
     n_blk = n_frames + nbl - 1
     blocks = np.ascontiguousarray(zp[:, start : start + hop * n_blk], dtype=np.float64)
-    h = (blocks.reshape(-1, hop) @ basis).reshape(zp.shape[0], n_blk, -1)
+    # torch's product: it follows torch.set_num_threads (numpy's BLAS keeps its own thread
+    # pool, whose idle spinning would double the CPU time of a "one-thread" run)
+    h = torch.from_numpy(blocks.reshape(-1, hop)) @ torch.from_numpy(np.asarray(basis))
+    h = h.numpy().reshape(zp.shape[0], n_blk, -1)
     _sliding_power(h, int(n_frames), nbl, rot, wts, offs, nb, int(lo), 64, out)
