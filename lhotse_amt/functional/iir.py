@@ -49,6 +49,12 @@ __all__ = [
 _BLOCK = 64
 
 
+def grad_recorded(*tensors: Tensor | None) -> bool:
+    """Whether autograd records an operation on ``tensors`` (grad mode on and one of
+    them requires grad)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def resolve_backend(backend: str, *tensors: Tensor | None) -> str:
     """Choose ``"numba"`` or ``"torch"`` for ``backend="auto"``.
 
@@ -62,7 +68,7 @@ def resolve_backend(backend: str, *tensors: Tensor | None) -> str:
     ts = [t for t in tensors if t is not None]
     if any(t.device.type != "cpu" for t in ts):
         return "torch"
-    if torch.is_grad_enabled() and any(t.requires_grad for t in ts):
+    if grad_recorded(*ts):
         return "torch"
     return "numba"
 

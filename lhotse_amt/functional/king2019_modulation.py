@@ -230,6 +230,14 @@ def hilbert_envelope(x: Tensor) -> Tensor:
     return torch.hypot(x, h, out=h)
 
 
+def _rms_ratio(x: Tensor, env: Tensor) -> Tensor:
+    """``rms(x) / rms(env)`` over the last axis (kept, size 1); 0 where ``env`` is all
+    zero (with a zero, not NaN, gradient)."""
+    rx = x.square().mean(-1, keepdim=True).sqrt()
+    re = env.square().mean(-1, keepdim=True).sqrt()
+    return torch.where(re > 0, rx / torch.where(re > 0, re, torch.ones_like(re)), 0.0 * re)
+
+
 def phase_insensitivity(
     x: Tensor, mfc: Tensor | np.ndarray, cutoff: float = 10.0, *, inplace: bool = False
 ) -> Tensor:
@@ -258,19 +266,13 @@ def phase_insensitivity(
                 for r0 in range(0, flat.shape[0], rows_per_block):
                     rows = flat[r0 : r0 + rows_per_block]
                     env = hilbert_envelope(rows)
-                    rx = rows.square().mean(-1, keepdim=True).sqrt()
-                    re = env.square().mean(-1, keepdim=True).sqrt()
-                    ratio = torch.where(re > 0, rx / torch.where(re > 0, re, 1.0), 0.0)
-                    rows.copy_(env.mul_(ratio))
+                    rows.copy_(env.mul_(_rms_ratio(rows, env)))
                 if copied:
                     view.copy_(flat.view(view.shape))
         return x
     idx = torch.as_tensor(sel, device=x.device)
     xs = x.index_select(-2, idx)
     env = hilbert_envelope(xs)
-    rx = xs.square().mean(-1, keepdim=True).sqrt()
-    re = env.square().mean(-1, keepdim=True).sqrt()
-    ratio = torch.where(re > 0, rx / torch.where(re > 0, re, torch.ones_like(re)), 0.0 * re)
     out = x.clone()
-    out[..., sel, :] = env * ratio
+    out[..., sel, :] = env * _rms_ratio(xs, env)
     return out

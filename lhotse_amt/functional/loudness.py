@@ -31,6 +31,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .iir import grad_recorded
+
 __all__ = [
     "FS",
     "HOP",
@@ -692,11 +694,7 @@ class FastExcitation:
 
 def fast_path_ok(x: Tensor, module: torch.nn.Module) -> bool:
     """True if the no-grad CPU kernels may be used: CPU tensors and no gradient required."""
-    if x.device.type != "cpu":
-        return False
-    if not torch.is_grad_enabled():
-        return True
-    return not (x.requires_grad or any(p.requires_grad for p in module.parameters()))
+    return x.device.type == "cpu" and not grad_recorded(x, *module.parameters())
 
 
 # ----------------------------------------------------------------------------------------------

@@ -33,12 +33,11 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from .cpu import _threads
+from .cpu import _threads, overshoot_limit
 from .fastmath import (
     KERNEL_OPTS,
     denormals_off,
     exp32_nonpos_inline,
-    exp_nonpos_inline,
     restore_fp_mode,
 )
 
@@ -136,10 +135,7 @@ def _casp_item(
                 if precise:
                     for c in range(P):
                         q = v[c]
-                        t = (q - 1.0) * aq[j, c]
-                        t = t if t > -37.5 else -37.5
-                        t = t if t < 0.0 else 0.0
-                        lim = 2.0 * am[j, c] / (1.0 + exp_nonpos_inline(t)) - (am[j, c] - 1.0)
+                        lim = overshoot_limit(q, am[j, c], aq[j, c])
                         v[c] = lim if q > 1.0 else q
                 else:
                     for c in range(P):

@@ -46,7 +46,6 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 _LANE_OPTS = dict(_NOPY, boundscheck=False)
-_LANE_OPTS = dict(_NOPY, boundscheck=False)
 _LANES = 32  # rows per group of the lane kernels: 4 independent 8-lane vectors
 _CHUNK = 256  # samples per transposed chunk of the lane kernels
 
@@ -62,6 +61,23 @@ def _lane_rows(N, g):  # pragma: no cover - compiled
     for k in range(W):
         idx[k] = c0 + min(k, nc - 1)
     return c0, nc, W, idx
+
+
+@njit(inline="always", **_NOPY)
+def _load_lanes(x, idx, t0, n, buf):  # pragma: no cover - compiled
+    # samples t0 .. t0 + n of the lane rows idx of x (N, T) into buf (chunk, W), transposed
+    for k in range(idx.shape[0]):
+        c = idx[k]
+        for i in range(n):
+            buf[i, k] = x[c, t0 + i]
+
+
+@njit(inline="always", **_NOPY)
+def _store_lanes(buf, c0, nc, t0, n, y):  # pragma: no cover - compiled
+    # the first nc lanes of buf (chunk, W) back into rows c0 .. c0 + nc of y at t0 .. t0 + n
+    for k in range(nc):
+        for i in range(n):
+            y[c0 + k, t0 + i] = buf[i, k]
 
 
 @njit(**_LANE_OPTS)
@@ -107,14 +123,9 @@ def _sosfilt_kernel(x, sos, zi, y):  # pragma: no cover - compiled
         buf = np.empty((_CHUNK, W), dt)
         for t0 in range(0, T, _CHUNK):
             n = min(_CHUNK, T - t0)
-            for k in range(W):
-                c = idx[k]
-                for i in range(n):
-                    buf[i, k] = x[c, t0 + i]
+            _load_lanes(x, idx, t0, n, buf)
             _sos_lanes(buf, n, co, z0, z1)
-            for k in range(nc):
-                for i in range(n):
-                    y[c0 + k, t0 + i] = buf[i, k]
+            _store_lanes(buf, c0, nc, t0, n, y)
         for k in range(nc):
             for s in range(S):
                 zi[c0 + k, s, 0] = z0[s, k]
@@ -233,6 +244,17 @@ def one_pole_cascade(
 # --------------------------------------------------------------------------------------
 
 
+@njit(inline="always", **KERNEL_OPTS)
+def overshoot_limit(q, m, aq):  # pragma: no cover - compiled
+    # the overshoot limiter of Munkner et al. (1996) for a loop output q > 1 with limit m
+    # and aq = -2 / m: 2 m / (1 + exp(-2 (q - 1) / m)) - (m - 1), float64, the exp
+    # vectorisable (fastmath.exp_nonpos_inline, its argument clamped to [-37.5, 0])
+    t = (q - 1.0) * aq
+    t = t if t > -37.5 else -37.5
+    t = t if t < 0.0 else 0.0
+    return 2.0 * m / (1.0 + exp_nonpos_inline(t)) - (m - 1.0)
+
+
 @njit(parallel=True, **KERNEL_OPTS)
 def _adaptation_kernel(x, a, m, minlvl, use_limit, s, y):  # pragma: no cover - compiled
     # groups of up to 32 channels, one per vector lane: a chunk of samples is transposed
@@ -264,13 +286,9 @@ def _adaptation_kernel(x, a, m, minlvl, use_limit, s, y):  # pragma: no cover - 
                 st[j, k] = s[c, j]
         buf = np.empty((_CHUNK, W), dt)
         v = np.empty(W, dt)
-        e = np.empty(W, np.float64)
         for t0 in range(0, T, _CHUNK):
             n = min(_CHUNK, T - t0)
-            for k in range(W):
-                c = idx[k]
-                for i in range(n):
-                    buf[i, k] = x[c, t0 + i]
+            _load_lanes(x, idx, t0, n, buf)
             for i in range(n):
                 for k in range(W):
                     q = buf[i, k]
@@ -283,20 +301,14 @@ def _adaptation_kernel(x, a, m, minlvl, use_limit, s, y):  # pragma: no cover - 
                         hits |= q > 1.0
                     if use_limit and hits:
                         for k in range(W):
-                            t = (np.float64(v[k]) - 1.0) * aq[j, k]
-                            t = t if t > -37.5 else -37.5
-                            e[k] = exp_nonpos_inline(t if t < 0.0 else 0.0)
-                        for k in range(W):
                             q = v[k]
-                            lim = 2.0 * mm[j, k] / (1.0 + e[k]) - (mm[j, k] - 1.0)
+                            lim = overshoot_limit(np.float64(q), mm[j, k], aq[j, k])
                             v[k] = lim if q > 1.0 else q
                     for k in range(W):
                         st[j, k] = aa[j, k] * st[j, k] + ab[j, k] * v[k]
                 for k in range(W):
                     buf[i, k] = v[k]
-            for k in range(nc):
-                for i in range(n):
-                    y[c0 + k, t0 + i] = buf[i, k]
+            _store_lanes(buf, c0, nc, t0, n, y)
         for k in range(nc):
             for j in range(J):
                 s[c0 + k, j] = st[j, k]

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from .._validation import as_float_tensor, check_signal
+from ..functional.iir import grad_recorded
 
 __all__ = ["StreamingModel", "merge_preset"]
 
@@ -48,9 +49,7 @@ class StreamingModel(nn.Module):
 
     def _needs_grad(self, x: Tensor) -> bool:
         """Whether autograd records this call (input or a parameter requires grad)."""
-        if not torch.is_grad_enabled():
-            return False
-        return x.requires_grad or any(p.requires_grad for p in self.parameters())
+        return grad_recorded(x, *self.parameters())
 
     @staticmethod
     def _itemwise(x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
