@@ -17,6 +17,7 @@ from lhotse_amt.features.casp import (
     Osses2021Config,
     Osses2021Extractor,
 )
+from lhotse_amt.models import Dau1997, King2019, Osses2021
 
 FS = 16000
 
@@ -179,3 +180,88 @@ def test_decaying_recursion_output_has_no_subnormals() -> None:
     assert not np.any((y != 0) & (np.abs(y) < tiny))
     big = np.abs(ref) > 1e-290
     np.testing.assert_allclose(y[big], ref[big], rtol=1e-12)
+
+
+# ---- model forward: the kernels writing every sample (inference on the CPU) ----------
+
+FORWARD_MODELS = {
+    "dau1997": lambda **kw: Dau1997(FS, flow=500.0, fhigh=4000.0, **kw),
+    "osses2021": lambda **kw: Osses2021(FS, flow=500.0, fhigh=4000.0, **kw),
+    "osses2021-amt": lambda **kw: Osses2021(FS, flow=500.0, fhigh=4000.0, preset="amt-1.4", **kw),
+    "king2019": lambda **kw: King2019(FS, flow=500.0, fhigh=4000.0, **kw),
+    "king2019-lp150": lambda **kw: King2019(FS, flow=500.0, fhigh=4000.0, lp_150hz=True, **kw),
+}
+
+
+def _bands(y: object) -> list[torch.Tensor]:
+    """Per-(channel, band) outputs ``(B, T)`` of a CASP list or a King ``(B, T, F, M)``."""
+    if isinstance(y, list):
+        return [c[:, m] for c in y for m in range(c.shape[1])]
+    return [y[..., f, m] for f in range(y.shape[2]) for m in range(y.shape[3])]
+
+
+def _stagewise(name: str, x: torch.Tensor, dtype: torch.dtype = torch.float64) -> object:
+    """The stage-wise path (``return_stages``: every stage kept) of model ``name``."""
+    with torch.no_grad():
+        return FORWARD_MODELS[name](dtype=dtype, return_stages=True)(x)[0]
+
+
+@pytest.mark.parametrize("name", list(FORWARD_MODELS))
+def test_forward_kernel_equals_stagewise_float64(name: str, monkeypatch) -> None:
+    """Without autograd the model forward runs the fused sample-writing kernel: band for
+    band equal to the stage-wise path to rounding; batch items equal single calls."""
+    from lhotse_amt.kernels import casp, king2019
+
+    calls = []
+    for mod, fn in ((casp, "casp_samples"), (king2019, "king_samples")):
+        orig = getattr(mod, fn)
+        monkeypatch.setattr(mod, fn, lambda *a, _o=orig: calls.append(1) or _o(*a))
+    model = FORWARD_MODELS[name](dtype=torch.float64)
+    x = torch.from_numpy(np.stack([_signal(0.5), 0.3 * _signal(0.5, seed=1)])).double()
+    with torch.no_grad():
+        fast = model(x)
+        one = model(x[1])
+    assert calls, "the fused kernel did not run"
+    for f, g in zip(_bands(fast), _bands(_stagewise(name, x))):
+        assert float((f - g).abs().max()) <= 1e-10 * float(g.abs().max())
+    one = [c[None] for c in one] if isinstance(one, list) else one[None]
+    for f, o in zip(_bands(fast), _bands(one)):
+        assert torch.equal(f[1], o[0])
+
+
+@pytest.mark.parametrize("name", list(FORWARD_MODELS))
+def test_forward_kernel_float32(name: str) -> None:
+    """float32 models: the kernel's float64 recursions make the forward closer to the
+    float64 model than the float32 stage-wise path is (1e-5 of each band's maximum)."""
+    x = torch.from_numpy(_signal(0.5))[None]
+    ref = _bands(_stagewise(name, x.double()))
+    with torch.no_grad():
+        fast = _bands(FORWARD_MODELS[name]()(x))
+    for f, r in zip(fast, ref):
+        assert f.dtype == torch.float32
+        assert float((f.double() - r).abs().max()) <= 1e-5 * float(r.abs().max())
+
+
+def test_forward_kernel_follows_learnable_parameters() -> None:
+    """A learnable model's kernel layout is rebuilt from its current parameters."""
+    model = Dau1997(FS, flow=500.0, fhigh=4000.0, learnable=True, dtype=torch.float64)
+    x = torch.from_numpy(_signal(0.25)).double()[None]
+    with torch.no_grad():
+        before = model(x)
+        model.adaptation.tau.mul_(1.5)
+        after = model(x)
+    graph = model(x.clone().requires_grad_(True))  # autograd: the plain-torch stages
+    for a, g in zip(_bands(after), _bands(graph)):
+        g = g.detach()
+        assert float((a - g).abs().max()) <= 1e-8 * float(g.abs().max())
+    assert any(not torch.allclose(a, b) for a, b in zip(_bands(after), _bands(before)))
+
+
+def test_casp_kernel_layout() -> None:
+    from lhotse_amt.kernels import casp
+
+    model = Osses2021(44100, dtype=torch.float64)
+    plan = casp.CASPPooledPlan(model, precise=True)
+    assert plan.n_bands.tolist() == [int(n) for n in model.modulation.n_bands]
+    with pytest.raises(ValueError, match="contiguous"):
+        casp.casp_samples(plan, torch.zeros(1, 10), torch.zeros(1, 3, 10))

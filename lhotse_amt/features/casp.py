@@ -240,12 +240,9 @@ class _CASPExtractor(_MUMixing, _FusedCPU, AuditoryExtractor):
         return names
 
     def _fused_supported(self, model: torch.nn.Module) -> bool:
-        return (
-            isinstance(model, self._fused_models)
-            and model.modulation.poles.shape[-1] == 1
-            and model.ihc.sos.dim() == 2
-            and model.adaptation.tau.dim() == 1
-        )
+        from ..kernels.casp import fused_supported
+
+        return isinstance(model, self._fused_models) and fused_supported(model)
 
     def _fused_front(self, model: torch.nn.Module, x: Tensor, state: Any) -> tuple[Tensor, Any]:
         """Stages before the gammatone filterbank: ``x (B, 1, Tc)`` -> ``(B, Tc)``, state."""

@@ -41,9 +41,14 @@ from .fastmath import (
     restore_fp_mode,
 )
 
-__all__ = ["CASPPooledPlan", "casp_pooled"]
+__all__ = ["CASPPooledPlan", "casp_pooled", "casp_samples", "fused_supported"]
 
 _F = KERNEL_OPTS
+
+#: samples per transposing block of :func:`casp_samples` and
+#: :func:`lhotse_amt.kernels.king2019.king_samples` (small enough for the block to stay
+#: in the L1 cache with the filter states; measured: 8 is faster than 16 or 64)
+_WRITE_BLOCK = 8
 
 
 @njit(inline="always", **_F)
@@ -62,6 +67,21 @@ def _sections(v, sos, z0, z1):  # pragma: no cover - compiled
             v[c] = out
 
 
+@njit(inline="always", **_F)
+def _flush(out, v, kcol, k0, n0, t):  # pragma: no cover - compiled
+    # out[kcol[k0 + j], n0 + s] = v[s, j], s < t (kcol < 0: not written); full blocks of
+    # _WRITE_BLOCK samples with a constant trip count (unrolled by LLVM)
+    for j in range(v.shape[1]):
+        r = kcol[k0 + j]
+        if r >= 0:
+            if t == _WRITE_BLOCK:
+                for s in range(_WRITE_BLOCK):
+                    out[r, n0 + s] = v[s, j]
+            else:
+                for s in range(t):
+                    out[r, n0 + s] = v[s, j]
+
+
 @njit(**_F)
 def _casp_item(
     x, end, hop, square, precise,
@@ -70,15 +90,20 @@ def _casp_item(
     aa, ab, am, aq, ast, minlvl, use_limit, off, scale,
     pre, prz0, prz1, lp, lpz0, lpz1, sc0,
     runs, nsig, ar, ai, cr, ci, xr, xi,
-    sums,
+    sums, out, kcol, tc,
 ):  # pragma: no cover - compiled  # fmt: skip
     # every loop inside the sample loop runs from 0 over contiguous rows with 2-D
-    # indexing (no views, non-negative indices): LLVM vectorises all of them
+    # indexing (no views, non-negative indices): LLVM vectorises all of them. Each
+    # sample's outputs go to row t of vals (P low-pass lanes, nsig signed band lanes,
+    # nabs |.| band lanes); hop > 0 sums them per block of hop samples into sums, hop = 0
+    # writes every sample: out[kcol[j], n] = vals[t, j] (kcol < 0: lane not written),
+    # through vals as a transposing buffer of tc samples
     T = min(x.shape[0], end)
     K, P = gre.shape
     J = aa.shape[0]
     L = ar.shape[0]
     nabs = L - nsig
+    write = hop == 0
     v = np.empty(P)
     w = np.empty(P)
     ur = np.empty(P)
@@ -86,21 +111,28 @@ def _casp_item(
     t32 = np.empty(P, np.float32)
     am32 = am.astype(np.float32)
     u = np.empty(L)
+    nt = tc if write else 1
+    # per-sample outputs: low-pass, signed and |.| lanes (in the dtype of out, float32:
+    # 9 kB, which with the filter states stays in the L1 cache)
+    vl = np.empty((nt, P), out.dtype)
+    vs = np.empty((nt, nsig), out.dtype)
+    va = np.empty((nt, nabs), out.dtype)
     acc0 = np.zeros(P)
-    acc = np.zeros(L)
+    acc = np.zeros(nsig)
+    acca = np.zeros(nabs)
     # |.| lanes as separate arrays starting at 0
     xra = xr[nsig:].copy()
     xia = xi[nsig:].copy()
     ara = ar[nsig:].copy()
     aia = ai[nsig:].copy()
     cra = cr[nsig:].copy()
-    acca = np.zeros(nabs)
     m32 = np.empty(nabs, np.float32)
     ua = u[nsig:]
     R = runs.shape[0]
     f1 = np.float32(1.0)
     blk = 0
     cnt = 0
+    t = 0
     for n in range(T):
         # gammatone: K complex one-pole stages, output 2 Re(.) g
         xn = x[n]
@@ -139,9 +171,9 @@ def _casp_item(
                         v[c] = lim if q > 1.0 else q
                 else:
                     for c in range(P):
-                        t = np.float32((v[c] - 1.0) * aq[j, c])
-                        t = t if t > np.float32(-37.5) else np.float32(-37.5)
-                        t32[c] = t if t < np.float32(0.0) else np.float32(0.0)
+                        z = np.float32((v[c] - 1.0) * aq[j, c])
+                        z = z if z > np.float32(-37.5) else np.float32(-37.5)
+                        t32[c] = z if z < np.float32(0.0) else np.float32(0.0)
                     for c in range(P):  # pure float32: 8 lanes per vector
                         e = exp32_nonpos_inline(t32[c])
                         t32[c] = am32[j, c] * (f1 - e) / (f1 + e)
@@ -160,7 +192,7 @@ def _casp_item(
         _sections(w, lp, lpz0, lpz1)
         for c in range(P):
             q = sc0[c] * w[c]
-            acc0[c] += q * q if square else q
+            vl[t, c] = q
         for r in range(R):  # band lanes <- runs of consecutive channels
             o = runs[r, 0]
             c0 = runs[r, 1]
@@ -172,7 +204,7 @@ def _casp_item(
             xr[i] = nr
             xi[i] = ni
             q = cr[i] * nr - ci[i] * ni
-            acc[i] += q * q if square else q
+            vs[t, i] = q
         for i in range(nabs):
             nr = ara[i] * xra[i] - aia[i] * xia[i] + ua[i]
             ni = ara[i] * xia[i] + aia[i] * xra[i]
@@ -183,7 +215,7 @@ def _casp_item(
                 a = xra[i]
                 b = xia[i]
                 q = cra[i] * math.sqrt(a * a + b * b)
-                acca[i] += q * q if square else q
+                va[t, i] = q
         else:
             for i in range(nabs):
                 a = xra[i]
@@ -193,20 +225,38 @@ def _casp_item(
                 m32[i] = math.sqrt(m32[i])
             for i in range(nabs):
                 q = cra[i] * np.float64(m32[i])
-                acca[i] += q * q if square else q
-        cnt += 1
-        if cnt == hop or n == T - 1:
+                va[t, i] = q
+        if write:
+            t += 1
+            if t == tc or n == T - 1:
+                n0 = n + 1 - t
+                _flush(out, vl, kcol, 0, n0, t)
+                _flush(out, vs, kcol, P, n0, t)
+                _flush(out, va, kcol, P + nsig, n0, t)
+                t = 0
+        else:
             for c in range(P):
-                sums[blk, c] = acc0[c]
-                acc0[c] = 0.0
+                q = vl[0, c]
+                acc0[c] += q * q if square else q
             for i in range(nsig):
-                sums[blk, P + i] = acc[i]
-                acc[i] = 0.0
+                q = vs[0, i]
+                acc[i] += q * q if square else q
             for i in range(nabs):
-                sums[blk, P + nsig + i] = acca[i]
-                acca[i] = 0.0
-            blk += 1
-            cnt = 0
+                q = va[0, i]
+                acca[i] += q * q if square else q
+            cnt += 1
+            if cnt == hop or n == T - 1:
+                for c in range(P):
+                    sums[blk, c] = acc0[c]
+                    acc0[c] = 0.0
+                for i in range(nsig):
+                    sums[blk, P + i] = acc[i]
+                    acc[i] = 0.0
+                for i in range(nabs):
+                    sums[blk, P + nsig + i] = acca[i]
+                    acca[i] = 0.0
+                blk += 1
+                cnt = 0
     xr[nsig:] = xra
     xi[nsig:] = xia
 
@@ -219,7 +269,7 @@ def _casp_batch(
     aa, ab, am, aq, ast, minlvl, use_limit, off, scale,
     pre, prz, lp, lpz, sc0,
     runs, nsig, ar, ai, cr, ci, xr, xi,
-    sums,
+    sums, out, kcol, tc,
 ):  # pragma: no cover - compiled  # fmt: skip
     for b in prange(x.shape[0]):
         fp = denormals_off()
@@ -230,13 +280,31 @@ def _casp_batch(
             aa, ab, am, aq, ast[b], minlvl, use_limit, off, scale,
             pre, prz[b, 0], prz[b, 1], lp, lpz[b, 0], lpz[b, 1], sc0,
             runs, nsig, ar, ai, cr, ci, xr[b], xi[b],
-            sums[b],
+            sums[b], out[b], kcol, tc,
         )  # fmt: skip
         restore_fp_mode(fp)
 
 
+#: the ``out`` argument of the pooled mode (float64: the kernel's per-sample buffers take
+#: the dtype of ``out``; the same specialisation as :func:`casp_samples` of float64 models)
+_NO_OUTPUT = np.zeros((1, 0, 0))
+
+
 def _pad8(n: int) -> int:
     return (n + 7) // 8 * 8
+
+
+def fused_supported(model: torch.nn.Module) -> bool:
+    """Whether the fused kernel runs ``model``'s chain: one pole per modulation band and no
+    feed-through (``efilt``), a second-order-section IHC and one time constant per
+    adaptation loop."""
+    mod = model.modulation
+    return (
+        mod.poles.shape[-1] == 1
+        and not bool((mod.direct != 0).any())
+        and model.ihc.sos.dim() == 2
+        and model.adaptation.tau.dim() == 1
+    )
 
 
 class CASPPooledPlan:
@@ -326,6 +394,16 @@ class CASPPooledPlan:
         keep = np.flatnonzero(kcol >= 0)
         self.scatter_from = torch.as_tensor(keep)
         self.scatter_to = torch.as_tensor(kcol[keep])
+        # the bands of each channel, band 0 (low-pass) first, as rows of the compact
+        # output of casp_samples: kernel column -> row (-1: padding lane)
+        cm = np.sort(kcol[keep])
+        ch, band = cm // M1, cm % M1
+        #: number of bands (low-pass included) of each channel
+        self.n_bands = np.bincount(ch, minlength=C)
+        off = np.r_[0, np.cumsum(self.n_bands)[:-1]]
+        if not np.array_equal(band, np.arange(cm.size) - off[ch]):
+            raise ValueError("the fused kernel needs each channel's bands to be 0 ... n - 1")
+        self.kcol = np.where(kcol >= 0, off[kcol // M1] + kcol % M1, -1).astype(np.int64)
 
     def initial_state(self, B: int) -> dict[str, np.ndarray]:
         """Zero filter states and the adaptation loops at rest (``B`` items)."""
@@ -372,8 +450,37 @@ def casp_pooled(
         p.aa, p.ab, p.am, p.aq, st["adapt"], p.minlvl, p.use_limit, p.off, p.scale,
         p.pre, st["pre"], p.lp, st["lp"], p.sc0,
         p.runs, p.nsig, p.ar, p.ai, p.cr, p.ci, st["xr"], st["xi"],
-        sums,
+        sums, _NO_OUTPUT, p.kcol, 1,
     )  # fmt: skip
     out = torch.zeros((B, nblk, p.C * p.M1), dtype=torch.float64)
     out[:, :, p.scatter_to] = torch.from_numpy(sums)[:, :, p.scatter_from]
     return out.reshape(B, nblk, p.C, p.M1).permute(0, 2, 3, 1), st
+
+
+def casp_samples(plan: CASPPooledPlan, x: torch.Tensor, out: torch.Tensor) -> None:
+    """Run the fused chain on ``x (B, T)`` (the gammatone input, from rest) and write
+    every sample of every band into ``out (B, R, T)`` (float32 or float64, C-contiguous,
+    CPU): the bands of channel 0 (low-pass first), then those of channel 1, ...,
+    ``R = sum(plan.n_bands)`` rows; the modulation output of
+    :meth:`lhotse_amt.models.Osses2021.forward` without another sample-rate array. Items
+    run one after the other (one thread)."""
+    _threads()
+    B, T = x.shape
+    R = int(plan.n_bands.sum())
+    if out.shape != (B, R, T) or not out.is_contiguous():
+        raise ValueError(f"out must be contiguous {(B, R, T)}, got {tuple(out.shape)}")
+    on = out.numpy()
+    p = plan
+    sums = np.zeros((1, 0, p.P + p.L))
+    for b in range(B):
+        xn = np.ascontiguousarray(x[b : b + 1].detach().cpu().numpy(), dtype=np.float64)
+        st = plan.initial_state(1)
+        _casp_batch(
+            xn, np.asarray([T], np.int64), 0, False, p.precise,
+            p.pr, p.pi, p.g2, st["gre"], st["gim"],
+            p.ihc, st["ihc"],
+            p.aa, p.ab, p.am, p.aq, st["adapt"], p.minlvl, p.use_limit, p.off, p.scale,
+            p.pre, st["pre"], p.lp, st["lp"], p.sc0,
+            p.runs, p.nsig, p.ar, p.ai, p.cr, p.ci, st["xr"], st["xi"],
+            sums, on[b : b + 1], p.kcol, _WRITE_BLOCK,
+        )  # fmt: skip

@@ -21,11 +21,15 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from .casp import _F, _pad8, _sections
+from .casp import _F, _WRITE_BLOCK, _pad8, _sections
 from .cpu import _threads
 from .fastmath import denormals_off, pow_pos_inline, restore_fp_mode
 
-__all__ = ["KingPooledPlan", "king_pooled"]
+__all__ = ["KingPooledPlan", "king_pooled", "king_samples", "rms_matched_envelope_"]
+
+#: the ``dst`` argument of the pooled mode (float64: the kernel's per-sample buffer takes
+#: the dtype of ``dst``; the same specialisation as :func:`king_samples` of float64 models)
+_NO_OUTPUT = np.zeros((1, 0, 0, 0))
 
 
 @njit(**_F)
@@ -35,11 +39,16 @@ def _king_item(
     knee, coef, expo,
     ihc, ihz0, ihz1, post, poz0, poz1,
     bank, bz0, bz1, gain, use_abs,
-    sums,
+    sums, dst, tc,
 ):  # pragma: no cover - compiled  # fmt: skip
-    # bank (S, 5, M, P): b0, b1, b2, a1, a2 per section, band and lane; states (S, M, P);
-    # sums (nblk, M, P)
+    # bank (S, 5, M, P): b0, b1, b2, a1, a2 per section, band and lane; states (S, M, P).
+    # Each sample's band outputs go to vb[t]; hop > 0 sums them per block of hop samples
+    # into sums (nblk, M, P), hop = 0 writes every sample to dst (C, M, T) through vb as
+    # a transposing buffer of tc samples (in the dtype of dst: 8 kB in float32, which with
+    # the filter states stays in the L1 cache)
     T = min(x.shape[0], end)
+    C = dst.shape[0]
+    write = hop == 0
     K, P = gre.shape
     S = bank.shape[0]
     M = bank.shape[2]
@@ -48,8 +57,10 @@ def _king_item(
     v = np.empty(P)
     y = np.empty((M, P))
     acc = np.zeros((M, P))
+    vb = np.empty((tc if write else 1, M, P), dst.dtype)
     blk = 0
     cnt = 0
+    t = 0
     for n in range(T):
         xn = x[n]
         for c in range(P):
@@ -98,12 +109,28 @@ def _king_item(
             g = gain[m]
             if use_abs[m]:
                 for c in range(P):
-                    q = g * abs(y[m, c])
-                    acc[m, c] += q * q if square else q
+                    vb[t, m, c] = g * abs(y[m, c])
             else:
                 for c in range(P):
-                    q = g * y[m, c]
-                    acc[m, c] += q * q if square else q
+                    vb[t, m, c] = g * y[m, c]
+        if write:
+            t += 1
+            if t == tc or n == T - 1:
+                n0 = n + 1 - t
+                for c in range(C):
+                    for m in range(M):
+                        if t == _WRITE_BLOCK:
+                            for s in range(_WRITE_BLOCK):
+                                dst[c, m, n0 + s] = vb[s, m, c]
+                        else:
+                            for s in range(t):
+                                dst[c, m, n0 + s] = vb[s, m, c]
+                t = 0
+            continue
+        for m in range(M):
+            for c in range(P):
+                q = vb[0, m, c]
+                acc[m, c] += q * q if square else q
         cnt += 1
         if cnt == hop or n == T - 1:
             for m in range(M):
@@ -121,7 +148,7 @@ def _king_batch(
     knee, coef, expo,
     ihc, ihz, post, poz,
     bank, bz, gain, use_abs,
-    sums,
+    sums, out, tc,
 ):  # pragma: no cover - compiled  # fmt: skip
     for b in prange(x.shape[0]):
         fp = denormals_off()
@@ -131,7 +158,7 @@ def _king_batch(
             knee, coef, expo,
             ihc, ihz[b, 0], ihz[b, 1], post, poz[b, 0], poz[b, 1],
             bank, bz[b, 0], bz[b, 1], gain, use_abs,
-            sums[b],
+            sums[b], out[b], tc,
         )  # fmt: skip
         restore_fp_mode(fp)
 
@@ -225,7 +252,65 @@ def king_pooled(
         p.knee, p.coef, p.expo,
         p.ihc, st["ihc"], p.post, st["post"],
         p.bank, st["bank"], p.gain, p.use_abs,
-        sums,
+        sums, _NO_OUTPUT, 1,
     )  # fmt: skip
     out = torch.from_numpy(sums[..., : p.C]).permute(0, 3, 2, 1)
     return out, st
+
+
+def king_samples(plan: KingPooledPlan, x: torch.Tensor, out: torch.Tensor) -> None:
+    """Run the fused chain on ``x (B, T)`` (from rest) and write every sample of band
+    ``m`` (times ``gain[m]``, ``|.|`` first where ``use_abs[m]``) into ``out (B, C, M,
+    T)`` (float32 or float64, C-contiguous, CPU): the modulation filterbank output of
+    :class:`~lhotse_amt.models.King2019` without another sample-rate array. Items run one
+    after the other (one thread)."""
+    _threads()
+    B, T = x.shape
+    if out.shape != (B, plan.C, plan.M, T) or not out.is_contiguous():
+        raise ValueError(f"out must be contiguous {(B, plan.C, plan.M, T)}, got {tuple(out.shape)}")
+    on = out.numpy()
+    p = plan
+    sums = np.zeros((1, 0, p.M, p.P))
+    for b in range(B):
+        xn = np.ascontiguousarray(x[b : b + 1].detach().cpu().numpy(), dtype=np.float64)
+        st = plan.initial_state(1)
+        _king_batch(
+            xn, np.asarray([T], np.int64), 0, False, p.precise,
+            p.pr, p.pi, p.g2, st["gre"], st["gim"],
+            p.knee, p.coef, p.expo,
+            p.ihc, st["ihc"], p.post, st["post"],
+            p.bank, st["bank"], p.gain, p.use_abs,
+            sums, on[b : b + 1], _WRITE_BLOCK,
+        )  # fmt: skip
+
+
+@njit(inline="always", **_F)
+def _sum_squares(x):  # pragma: no cover - compiled
+    # float64 sum of x^2 in eight interleaved partial sums (vectorised; fixed order)
+    T = x.shape[0]
+    part = np.zeros(8)
+    n8 = T // 8 * 8
+    for n0 in range(0, n8, 8):
+        for j in range(8):
+            a = np.float64(x[n0 + j])
+            part[j] += a * a
+    for n in range(n8, T):
+        a = np.float64(x[n])
+        part[0] += a * a
+    return part.sum()
+
+
+@njit(**_F)
+def rms_matched_envelope_(x, h):  # pragma: no cover - compiled
+    """``x <- |x + i h| rms(x) / rms(|x + i h|)`` in place, for C-contiguous rows ``x``
+    and ``h`` (``(T,)``, float32 or float64; ``h`` the Hilbert transform of ``x``): the
+    phase insensitivity of King et al. (2019) given the transform (the envelope's mean
+    square is ``mean(x^2) + mean(h^2)``; a zero envelope gives zeros). Sums in float64,
+    the envelope in the array's precision."""
+    sx = _sum_squares(x)
+    se = sx + _sum_squares(h)
+    g = x.dtype.type(math.sqrt(sx / se) if se > 0.0 else 0.0)
+    for n in range(x.shape[0]):
+        a = x[n]
+        b = h[n]
+        x[n] = g * math.sqrt(a * a + b * b)

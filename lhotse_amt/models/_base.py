@@ -36,6 +36,8 @@ class StreamingModel(nn.Module):
     return_stages: bool
     #: stage names in processing order (keys of the ``return_stages`` dict)
     stage_names: tuple[str, ...] = ()
+    #: constructor arguments (for the float64 twin of :meth:`_kernel_plan`)
+    _init_kwargs: dict[str, Any]
 
     def _prepare(self, x: Tensor, min_samples: int = 1) -> tuple[Tensor, bool]:
         x = as_float_tensor(x)
@@ -65,6 +67,54 @@ class StreamingModel(nn.Module):
         for b in range(1, x.shape[0]):
             out[b : b + 1] = fn(x[b : b + 1])
         return out
+
+    def _casp_fused(self, x: Tensor, front: Callable[[Tensor], Tensor]) -> list[Tensor] | None:
+        """Inference output of a CASP chain (Dau1997, Osses2021) by the fused CPU kernel
+        (:func:`lhotse_amt.kernels.casp.casp_samples`): per item, ``front`` (the stages
+        before the gammatone filterbank) and then gammatone, IHC, adaptation loops and
+        modulation filterbank in one pass over the samples, written straight into the
+        output (float64 recursions, see :mod:`lhotse_amt.kernels.casp`). Returns the
+        per-channel outputs ``(B, M_c, T')`` (views of one tensor that holds only the
+        bands each channel has), or ``None`` where the kernel does not apply (not on the
+        CPU, or a filter type it does not run)."""
+        from ..kernels import casp
+
+        if x.device.type != "cpu" or not casp.fused_supported(self):
+            return None
+        plan = self._kernel_plan("casp", casp.CASPPooledPlan)
+        out = None
+        for b in range(x.shape[0]):
+            u = front(x[b : b + 1])
+            if out is None:
+                rows = int(plan.n_bands.sum())
+                out = torch.empty((x.shape[0], rows, u.shape[-1]), dtype=self.dtype)
+            casp.casp_samples(plan, u, out[b : b + 1])
+        assert out is not None
+        return list(out.split(plan.n_bands.tolist(), dim=1))
+
+    def _kernel_plan(self, name: str, make: Callable[[nn.Module, bool], Any]) -> Any:
+        """``make(model64, precise)``: the coefficient layout of the fused CPU kernel
+        ``name``, built once and cached. The kernels compute in float64 whatever the
+        model dtype, so a float32 model's layout comes from a float64 twin (made from the
+        constructor arguments: coefficients designed in float64, not float32-rounded
+        buffers); ``precise`` (float64 limiter and magnitudes) is set for float64 models.
+        A learnable model's layout comes from its current parameters and is rebuilt when
+        they change."""
+        precise = self.dtype == torch.float64
+        key: tuple = (name, precise)
+        if self.learnable:
+            key += tuple((p.data_ptr(), p._version) for p in self.parameters())
+        cache = self.__dict__.setdefault("_plans", {})
+        if key not in cache:
+            if self.learnable:
+                cache.clear()  # stale parameter versions
+            if precise or self.learnable:
+                src: nn.Module = self
+            else:
+                kwargs = dict(self._init_kwargs, dtype=torch.float64, return_stages=False)
+                src = type(self)(**kwargs)
+            cache[key] = make(src, precise)
+        return cache[key]
 
     def _stages(
         self, x: Tensor, state: dict[str, Any] | None, upto: str | None

@@ -97,7 +97,9 @@ class Dau1997(StreamingModel):
         modulation_kwargs: dict | None = None,
         preset: str | None = None,
     ) -> None:
+        init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         super().__init__()
+        self._init_kwargs = init_kwargs
         if preset is not None and preset not in DAU1997_PRESETS:
             raise ValueError(
                 f"unknown Dau1997 preset {preset!r}; choose from {list(DAU1997_PRESETS)}"
@@ -164,6 +166,9 @@ class Dau1997(StreamingModel):
         xb, squeeze = self._prepare(x)
         if not self.return_stages and not self._needs_grad(xb):
             # inference: item by item into one output (peak memory: output + one item)
+            fused = self._casp_fused(xb, lambda v: v)
+            if fused is not None:
+                return [c[0] for c in fused] if squeeze else fused
             out = {
                 "modulation": self._itemwise(
                     xb, lambda v: self._stages(v, None, None)[0]["modulation"]

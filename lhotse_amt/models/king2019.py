@@ -116,7 +116,9 @@ class King2019(StreamingModel):
         phase_insensitive: bool = True,
         pi_cutoff: float = 10.0,
     ) -> None:
+        init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         super().__init__()
+        self._init_kwargs = init_kwargs
         if preset is not None and preset not in KING2019_PRESETS:
             raise ValueError(
                 f"unknown King2019 preset {preset!r}; choose from {list(KING2019_PRESETS)}"
@@ -219,20 +221,43 @@ class King2019(StreamingModel):
     def _mfc_np(self) -> np.ndarray:
         return self.mfc.detach().cpu().double().numpy()
 
-    def _modulation_output(self, x: Tensor) -> Tensor:
-        """Modulation filterbank output ``(B, F, M, T)`` of ``x (B, T)``, phase
-        insensitivity applied in place (no autograd)."""
-        y = self._stages(x, None, None)[0]["modulation"]
-        if self.phase_insensitive:
-            y = phase_insensitivity(y, self._mfc_np(), self.pi_cutoff, inplace=True)
+    def _stages_modulation(self, x: Tensor) -> Tensor:
+        """Modulation filterbank output ``(B, F, M, T)`` of ``x (B, T)`` by the stages."""
+        return self._stages(x, None, None)[0]["modulation"]
+
+    def _fused_modulation(self, x: Tensor) -> Tensor | None:
+        """Modulation filterbank output ``(B, F, M, T)`` of ``x (B, T)`` by the fused CPU
+        kernel (:func:`lhotse_amt.kernels.king2019.king_samples`: float64 recursions, no
+        sample-rate intermediate); ``None`` where it does not apply (not on the CPU, or
+        the direct-form ``"tf"`` band-passes)."""
+        if (
+            x.device.type != "cpu"
+            or self.modulation_filterbank.form != "sos"
+            or self.ihc.sos.dim() != 2
+        ):
+            return None
+        from ..kernels import king2019 as kk
+
+        def make(m64: torch.nn.Module, precise: bool) -> kk.KingPooledPlan:
+            M = int(m64.mfc.numel())
+            return kk.KingPooledPlan(m64, np.ones(M), np.zeros(M, bool), precise)
+
+        plan = self._kernel_plan("king2019", make)
+        y = torch.empty((x.shape[0], plan.C, plan.M, x.shape[-1]), dtype=self.dtype)
+        kk.king_samples(plan, x, y)
         return y
 
     def forward(self, x: Tensor) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         xb, squeeze = self._prepare(x)
         if not self.return_stages and not self._needs_grad(xb):
-            # inference: item by item into one output tensor, phase insensitivity in
-            # place (peak memory: the output plus one item's stages)
-            y = self._itemwise(xb, self._modulation_output)
+            # inference: on the CPU the fused kernel writes the band outputs straight into
+            # the output, else item by item into one output tensor (peak memory: the
+            # output plus one item's stages); the phase insensitivity runs in place
+            y = self._fused_modulation(xb)
+            if y is None:
+                y = self._itemwise(xb, self._stages_modulation)
+            if self.phase_insensitive:
+                y = phase_insensitivity(y, self._mfc_np(), self.pi_cutoff, inplace=True)
             out = {}
         else:
             out, _ = self._stages(xb, None, None)

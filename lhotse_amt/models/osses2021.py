@@ -115,7 +115,9 @@ class Osses2021(StreamingModel):
         preset: str | None = None,
         compensation: str | None = None,
     ) -> None:
+        init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         super().__init__()
+        self._init_kwargs = init_kwargs
         if preset is not None and preset not in OSSES2021_PRESETS:
             raise ValueError(
                 f"unknown Osses2021 preset {preset!r}; choose from {list(OSSES2021_PRESETS)}"
@@ -233,7 +235,11 @@ class Osses2021(StreamingModel):
     def forward(self, x: Tensor) -> list[Tensor] | tuple[list[Tensor], dict[str, Tensor]]:
         xb, squeeze = self._prepare(x)
         if not self.return_stages and not self._needs_grad(xb):
-            # inference: item by item into one output (peak memory: output + one item)
+            # inference: item by item into one output (peak memory: output + one item);
+            # on the CPU the fused kernel after the ear filters
+            fused = self._casp_fused(xb, lambda v: self.run(v, upto="middleear")["middleear"])
+            if fused is not None:
+                return [c[0] for c in fused] if squeeze else fused
             out = {"modulation": self._itemwise(xb, lambda v: self.run(v)["modulation"])}
         else:
             out = self.run(xb)
