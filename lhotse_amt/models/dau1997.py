@@ -8,6 +8,11 @@ rms 1 has 100 dB SPL (``dboffset = 100``), i.e. a sinusoid of peak amplitude
 level of 0 dB SPL is ``1e-5`` on that scale. Outputs after the adaptation loops are in
 model units (MU).
 
+**Inference** (no autograd, CPU, no ``return_stages``, ``efilt`` bands): one fused
+kernel runs the whole chain and writes each channel's bands straight into the output
+(:mod:`lhotse_amt.kernels.casp`: float64 recursions whatever the model dtype); otherwise
+the stages run one by one.
+
 References: T. Dau, B. Kollmeier, A. Kohlrausch (1997), JASA 102, 2892-2905;
 T. Dau, D. Püschel, A. Kohlrausch (1996), JASA 99, 3615-3622; AMT ``dau1997``.
 """

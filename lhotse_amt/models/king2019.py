@@ -22,6 +22,11 @@ reproduces AMT's ill-conditioned 2- and 5.2-Hz bands (reference README section 6
 (:meth:`stream`); the phase insensitivity (whole-signal FFT and rms) and the resampling
 are not and run only in :meth:`forward`.
 
+**Inference** (no autograd, CPU, no ``return_stages``, second-order-section band-passes):
+one fused kernel runs every stage up to the modulation filterbank and writes the band
+outputs straight into the output (:mod:`lhotse_amt.kernels.king2019`: float64 recursions
+whatever the model dtype); the phase insensitivity then runs in place.
+
 Reference: A. King, L. Varnet, C. Lorenzi (2019), "Accounting for masking of frequency
 modulation by amplitude modulation with the modulation filter-bank concept", JASA 145,
 2277-2293.

@@ -25,6 +25,11 @@ padding) and give the per-item signal lengths in the initial state
 (:meth:`initial_stream_state`) so that the middle-ear input is cut at the signal end as
 in AMT. :meth:`forward` does exactly this in one call.
 
+**Inference** (no autograd, CPU, no ``return_stages``): after the ear filters one fused
+kernel runs gammatone, IHC, adaptation loops and modulation filterbank and writes each
+channel's bands straight into the output (:mod:`lhotse_amt.kernels.casp`: float64
+recursions whatever the model dtype); otherwise the stages run one by one.
+
 References: A. Osses Vecchi, A. Kohlrausch (2021), JASA 149, 3534-3552; M. L. Jepsen,
 S. D. Ewert, T. Dau (2008), JASA 124, 422-438; J. Breebaart, S. van de Par, A. Kohlrausch
 (2001), JASA 110, 1074-1088; D. Pralong, S. Carlile (1996), JASA 100, 3785-3793;
