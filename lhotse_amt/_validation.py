@@ -38,5 +38,7 @@ def check_signal(x: Tensor, min_samples: int = 1, max_dim: int = 2, what: str = 
         )
     if x.shape[-1] < min_samples:
         raise ValueError(f"{what} is too short: {x.shape[-1]} samples, need at least {min_samples}")
+    if x.numel() == 0:
+        raise ValueError(f"{what} is an empty batch (shape {tuple(x.shape)})")
     if not bool(torch.isfinite(x).all()):
         raise ValueError(f"{what} contains NaN or infinite samples")

@@ -101,6 +101,7 @@ def test_backward_through_whole_model():
         (torch.tensor([0.0, float("inf"), 0.1]), "NaN or infinite"),
         (torch.zeros(2, 2, 100), "dimensions"),
         (torch.zeros(0), "too short"),
+        (torch.zeros(0, 100), "empty batch"),
         (torch.zeros(100, dtype=torch.int16), "floating point"),
     ],
 )

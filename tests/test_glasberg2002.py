@@ -94,6 +94,8 @@ def test_validation_determinism_api():
         m(torch.tensor([0.0, float("inf")] * 100))
     with pytest.raises(ValueError, match="too short"):
         m(torch.zeros(5))
+    with pytest.raises(ValueError, match="empty batch"):
+        m(torch.zeros(0, 3200))
     x = torch.tensor(np.stack([tone(1000, 60, 0.1), tone(500, 50, 0.1)])).float()
     a, b = m(x), m(x)
     assert a.shape == (2, m.n_frames(x.shape[-1])) and torch.equal(a, b)

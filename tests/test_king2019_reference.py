@@ -172,6 +172,8 @@ def test_bad_input_and_determinism():
         model(torch.full((100,), float("inf")))
     with pytest.raises(ValueError, match="dimensions"):
         model(torch.zeros(2, 2, 100))
+    with pytest.raises(ValueError, match="empty batch"):
+        model(torch.zeros(0, 100))
     with pytest.raises(ValueError, match="Nyquist"):
         King2019(16000, fhigh=9000)
     with pytest.raises(ValueError, match="compression_type"):

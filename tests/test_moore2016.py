@@ -146,6 +146,8 @@ def test_input_validation():
         m(x)
     with pytest.raises(ValueError, match="too short"):
         m(torch.zeros(2, 10))
+    with pytest.raises(ValueError, match="empty batch"):
+        m(torch.zeros(0, 2, 3200))
     with pytest.raises(ValueError, match="unknown preset"):
         Moore2016(preset="nope")
 

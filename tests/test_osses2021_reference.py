@@ -157,6 +157,8 @@ def test_bad_input_and_determinism():
             model(bad)
     with pytest.raises(ValueError, match="dimensions"):
         model(torch.zeros(1, 1, 100))
+    with pytest.raises(ValueError, match="empty batch"):
+        model(torch.zeros(0, 100))
     with pytest.raises(ValueError, match="Nyquist"):
         Osses2021(16000, fhigh=9000)
     with pytest.raises(ValueError, match="phase_type"):

@@ -138,6 +138,8 @@ def test_bad_input():
             m(y)
     with pytest.raises(ValueError, match="dimensions"):
         m(x.reshape(1, 1, -1))
+    with pytest.raises(ValueError, match="empty batch"):
+        m(x.new_zeros(0, 100))
     with pytest.raises(ValueError, match="Nyquist"):
         Paulick2024(fs=16000)  # fhigh 8000 = fs/2
     with pytest.raises(ValueError, match="Nyquist"):

@@ -259,6 +259,8 @@ def _phase_insensitivity_cpu_(x: Tensor, m0: int) -> None:
 
     M, T = x.shape[-2:]
     xt = x.detach().reshape(-1, M, T)
+    if xt.numel() == 0:
+        return
     per = min(xt.shape[0], max(1, _PI_BLOCK_SAMPLES // max(T * (M - m0), 1)))
     cdtype = torch.complex64 if x.dtype == torch.float32 else torch.complex128
     spec = torch.empty((per, M - m0, T // 2 + 1), dtype=cdtype)

@@ -899,6 +899,8 @@ def check_pressure_signal(x: Tensor, what: str, min_samples: int) -> None:
             f"{what}: need at least {min_samples} samples on the last (time) axis, "
             f"got {x.shape[-1]}"
         )
+    if x.numel() == 0:
+        raise ValueError(f"{what}: empty batch (shape {tuple(x.shape)})")
     if not bool(torch.isfinite(x).all()):
         raise ValueError(f"{what}: input contains NaN or inf")
 
