@@ -25,6 +25,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .iir import resolve_kernel_backend
+
 __all__ = [
     "ADAPTATION_PRESETS",
     "adaptation_coefficients",
@@ -144,7 +146,7 @@ def adaptation_loops(
     lead = torch.broadcast_shapes(x.shape[:-1], a.shape[:-1])
     if state is None:
         state = s0.expand(*lead, J)
-    be = _resolve(backend, x, tau, state)
+    be = resolve_kernel_backend(backend, _triton_available, x, tau, state)
     if be == "torch":
         v, s = adaptation_loops_reference(x, a, m, minlvl, limit, state)
     else:
@@ -169,18 +171,7 @@ def adaptation_loops(
     return (y, s) if return_state else y
 
 
-def _resolve(backend: str, *ts: Tensor) -> str:
-    if backend not in ("auto", "numba", "triton", "torch"):
-        raise ValueError(f"Unknown backend {backend!r}")
-    if backend != "auto":
-        return backend
-    if torch.is_grad_enabled() and any(t.requires_grad for t in ts):
-        return "torch"
-    dev = ts[0].device.type
-    if dev == "cpu":
-        return "numba"
-    if dev == "cuda":
-        from ..kernels import gpu
+def _triton_available() -> bool:
+    from ..kernels import gpu
 
-        return "triton" if gpu.available() else "torch"
-    return "torch"
+    return gpu.available()

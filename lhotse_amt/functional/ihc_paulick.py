@@ -67,6 +67,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .iir import resolve_kernel_backend
+
 __all__ = [
     "IHC_PAULICK_CONSTANTS",
     "ihc_step_constants",
@@ -218,7 +220,8 @@ def ihc_paulick(
     }
     if state is None:
         state = x.new_zeros(x.shape[:-1])
-    be = _resolve(backend, x, state, *[v for v in p.values() if torch.is_tensor(v)])
+    tensors = [v for v in p.values() if torch.is_tensor(v)]
+    be = resolve_kernel_backend(backend, _triton_available, x, state, *tensors)
     if be == "torch":
         y, w = ihc_paulick_reference(x, c, state)
     else:
@@ -238,18 +241,7 @@ def ihc_paulick(
     return (y, w) if return_state else y
 
 
-def _resolve(backend: str, *ts: Tensor) -> str:
-    if backend not in ("auto", "numba", "triton", "torch"):
-        raise ValueError(f"Unknown backend {backend!r}")
-    if backend != "auto":
-        return backend
-    if torch.is_grad_enabled() and any(t.requires_grad for t in ts):
-        return "torch"
-    dev = ts[0].device.type
-    if dev == "cpu":
-        return "numba"
-    if dev == "cuda":
-        from ..kernels import paulick
+def _triton_available() -> bool:
+    from ..kernels import paulick
 
-        return "triton" if paulick.triton_available() else "torch"
-    return "torch"
+    return paulick.triton_available()

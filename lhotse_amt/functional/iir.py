@@ -33,6 +33,7 @@ float64 (tested).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -71,6 +72,29 @@ def resolve_backend(backend: str, *tensors: Tensor | None) -> str:
     if grad_recorded(*ts):
         return "torch"
     return "numba"
+
+
+def resolve_kernel_backend(
+    backend: str, triton_available: Callable[[], bool], *tensors: Tensor | None
+) -> str:
+    """:func:`resolve_backend` for the recursions that also have a Triton GPU kernel:
+    ``"auto"`` gives ``"torch"`` while autograd records, else ``"numba"`` for CPU
+    tensors and ``"triton"`` for CUDA tensors when ``triton_available()``."""
+    if backend not in ("auto", "numba", "triton", "torch"):
+        raise ValueError(
+            f"Unknown backend {backend!r}; expected 'auto', 'numba', 'triton' or 'torch'."
+        )
+    if backend != "auto":
+        return backend
+    ts = [t for t in tensors if t is not None]
+    if grad_recorded(*ts):
+        return "torch"
+    dev = ts[0].device.type
+    if dev == "cpu":
+        return "numba"
+    if dev == "cuda" and triton_available():
+        return "triton"
+    return "torch"
 
 
 # --------------------------------------------------------------------------------------
