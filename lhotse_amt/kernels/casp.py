@@ -462,25 +462,22 @@ def casp_samples(plan: CASPPooledPlan, x: torch.Tensor, out: torch.Tensor) -> No
     every sample of every band into ``out (B, R, T)`` (float32 or float64, C-contiguous,
     CPU): the bands of channel 0 (low-pass first), then those of channel 1, ...,
     ``R = sum(plan.n_bands)`` rows; the modulation output of
-    :meth:`lhotse_amt.models.Osses2021.forward` without another sample-rate array. Items
-    run one after the other (one thread)."""
+    :meth:`lhotse_amt.models.Osses2021.forward` without another sample-rate array (items
+    in parallel over the kernel threads, see :func:`lhotse_amt.kernels.cpu._threads`)."""
     _threads()
     B, T = x.shape
     R = int(plan.n_bands.sum())
     if out.shape != (B, R, T) or not out.is_contiguous():
         raise ValueError(f"out must be contiguous {(B, R, T)}, got {tuple(out.shape)}")
-    on = out.numpy()
     p = plan
-    sums = np.zeros((1, 0, p.P + p.L))
-    for b in range(B):
-        xn = np.ascontiguousarray(x[b : b + 1].detach().cpu().numpy(), dtype=np.float64)
-        st = plan.initial_state(1)
-        _casp_batch(
-            xn, np.asarray([T], np.int64), 0, False, p.precise,
-            p.pr, p.pi, p.g2, st["gre"], st["gim"],
-            p.ihc, st["ihc"],
-            p.aa, p.ab, p.am, p.aq, st["adapt"], p.minlvl, p.use_limit, p.off, p.scale,
-            p.pre, st["pre"], p.lp, st["lp"], p.sc0,
-            p.runs, p.nsig, p.ar, p.ai, p.cr, p.ci, st["xr"], st["xi"],
-            sums, on[b : b + 1], p.kcol, _WRITE_BLOCK,
-        )  # fmt: skip
+    xn = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
+    st = plan.initial_state(B)
+    _casp_batch(
+        xn, np.full(B, T, np.int64), 0, False, p.precise,
+        p.pr, p.pi, p.g2, st["gre"], st["gim"],
+        p.ihc, st["ihc"],
+        p.aa, p.ab, p.am, p.aq, st["adapt"], p.minlvl, p.use_limit, p.off, p.scale,
+        p.pre, st["pre"], p.lp, st["lp"], p.sc0,
+        p.runs, p.nsig, p.ar, p.ai, p.cr, p.ci, st["xr"], st["xi"],
+        np.zeros((B, 0, p.P + p.L)), out.numpy(), p.kcol, _WRITE_BLOCK,
+    )  # fmt: skip

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from .casp import _F, _WRITE_BLOCK, _pad8, _sections
+from .casp import _F, _WRITE_BLOCK, _flush, _pad8, _sections
 from .cpu import _threads
 from .fastmath import denormals_off, pow_pos_inline, restore_fp_mode
 
@@ -39,15 +39,16 @@ def _king_item(
     knee, coef, expo,
     ihc, ihz0, ihz1, post, poz0, poz1,
     bank, bz0, bz1, gain, use_abs,
-    sums, dst, tc,
+    sums, dst, kcol, tc,
 ):  # pragma: no cover - compiled  # fmt: skip
     # bank (S, 5, M, P): b0, b1, b2, a1, a2 per section, band and lane; states (S, M, P).
     # Each sample's band outputs go to vb[t]; hop > 0 sums them per block of hop samples
     # into sums (nblk, M, P), hop = 0 writes every sample to dst (C, M, T) through vb as
     # a transposing buffer of tc samples (in the dtype of dst: 8 kB in float32, which with
-    # the filter states stays in the L1 cache)
+    # the filter states stays in the L1 cache): lane m * P + c -> row kcol[.] of dst
+    # seen as (C * M, T)
     T = min(x.shape[0], end)
-    C = dst.shape[0]
+    rows = dst.reshape(dst.shape[0] * dst.shape[1], dst.shape[2])
     write = hop == 0
     K, P = gre.shape
     S = bank.shape[0]
@@ -116,15 +117,7 @@ def _king_item(
         if write:
             t += 1
             if t == tc or n == T - 1:
-                n0 = n + 1 - t
-                for c in range(C):
-                    for m in range(M):
-                        if t == _WRITE_BLOCK:
-                            for s in range(_WRITE_BLOCK):
-                                dst[c, m, n0 + s] = vb[s, m, c]
-                        else:
-                            for s in range(t):
-                                dst[c, m, n0 + s] = vb[s, m, c]
+                _flush(rows, vb.reshape(tc, M * P), kcol, 0, n + 1 - t, t)
                 t = 0
             continue
         for m in range(M):
@@ -148,7 +141,7 @@ def _king_batch(
     knee, coef, expo,
     ihc, ihz, post, poz,
     bank, bz, gain, use_abs,
-    sums, out, tc,
+    sums, out, kcol, tc,
 ):  # pragma: no cover - compiled  # fmt: skip
     for b in prange(x.shape[0]):
         fp = denormals_off()
@@ -158,7 +151,7 @@ def _king_batch(
             knee, coef, expo,
             ihc, ihz[b, 0], ihz[b, 1], post, poz[b, 0], poz[b, 1],
             bank, bz[b, 0], bz[b, 1], gain, use_abs,
-            sums[b], out[b], tc,
+            sums[b], out[b], kcol, tc,
         )  # fmt: skip
         restore_fp_mode(fp)
 
@@ -211,6 +204,10 @@ class KingPooledPlan:
         # (S, 5, M, P): b0, b1, b2, a1, a2 of section s of band m, repeated over lanes
         cf = bank[:, :, [0, 1, 2, 4, 5]].transpose(1, 2, 0)  # (S, 5, M)
         self.bank = np.ascontiguousarray(np.broadcast_to(cf[..., None], (S, 5, M, P)))
+        # buffer lane m * P + c -> row c * M + m of the (C * M, T) sample output (-1:
+        # padding lane)
+        m_, c_ = np.divmod(np.arange(M * P), P)
+        self.kcol = np.where(c_ < C, c_ * M + m_, -1).astype(np.int64)
         self.gain = np.ascontiguousarray(np.asarray(gain, np.float64))
         self.use_abs = np.ascontiguousarray(np.asarray(use_abs, np.bool_))
 
@@ -252,7 +249,7 @@ def king_pooled(
         p.knee, p.coef, p.expo,
         p.ihc, st["ihc"], p.post, st["post"],
         p.bank, st["bank"], p.gain, p.use_abs,
-        sums, _NO_OUTPUT, 1,
+        sums, _NO_OUTPUT, p.kcol, 1,
     )  # fmt: skip
     out = torch.from_numpy(sums[..., : p.C]).permute(0, 3, 2, 1)
     return out, st
@@ -262,26 +259,23 @@ def king_samples(plan: KingPooledPlan, x: torch.Tensor, out: torch.Tensor) -> No
     """Run the fused chain on ``x (B, T)`` (from rest) and write every sample of band
     ``m`` (times ``gain[m]``, ``|.|`` first where ``use_abs[m]``) into ``out (B, C, M,
     T)`` (float32 or float64, C-contiguous, CPU): the modulation filterbank output of
-    :class:`~lhotse_amt.models.King2019` without another sample-rate array. Items run one
-    after the other (one thread)."""
+    :class:`~lhotse_amt.models.King2019` without another sample-rate array (items in
+    parallel over the kernel threads)."""
     _threads()
     B, T = x.shape
     if out.shape != (B, plan.C, plan.M, T) or not out.is_contiguous():
         raise ValueError(f"out must be contiguous {(B, plan.C, plan.M, T)}, got {tuple(out.shape)}")
-    on = out.numpy()
     p = plan
-    sums = np.zeros((1, 0, p.M, p.P))
-    for b in range(B):
-        xn = np.ascontiguousarray(x[b : b + 1].detach().cpu().numpy(), dtype=np.float64)
-        st = plan.initial_state(1)
-        _king_batch(
-            xn, np.asarray([T], np.int64), 0, False, p.precise,
-            p.pr, p.pi, p.g2, st["gre"], st["gim"],
-            p.knee, p.coef, p.expo,
-            p.ihc, st["ihc"], p.post, st["post"],
-            p.bank, st["bank"], p.gain, p.use_abs,
-            sums, on[b : b + 1], _WRITE_BLOCK,
-        )  # fmt: skip
+    xn = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
+    st = plan.initial_state(B)
+    _king_batch(
+        xn, np.full(B, T, np.int64), 0, False, p.precise,
+        p.pr, p.pi, p.g2, st["gre"], st["gim"],
+        p.knee, p.coef, p.expo,
+        p.ihc, st["ihc"], p.post, st["post"],
+        p.bank, st["bank"], p.gain, p.use_abs,
+        np.zeros((B, 0, p.M, p.P)), out.numpy(), p.kcol, _WRITE_BLOCK,
+    )  # fmt: skip
 
 
 @njit(inline="always", **_F)
