@@ -33,13 +33,8 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from .cpu import _threads, overshoot_limit
-from .fastmath import (
-    KERNEL_OPTS,
-    denormals_off,
-    exp32_nonpos_inline,
-    restore_fp_mode,
-)
+from .cpu import _threads, adaptation_loops_lanes
+from .fastmath import KERNEL_OPTS, denormals_off, restore_fp_mode
 
 __all__ = ["CASPPooledPlan", "casp_pooled", "casp_samples", "fused_supported"]
 
@@ -100,7 +95,6 @@ def _casp_item(
     # through vals as a transposing buffer of tc samples
     T = min(x.shape[0], end)
     K, P = gre.shape
-    J = aa.shape[0]
     L = ar.shape[0]
     nabs = L - nsig
     write = hop == 0
@@ -129,7 +123,6 @@ def _casp_item(
     m32 = np.empty(nabs, np.float32)
     ua = u[nsig:]
     R = runs.shape[0]
-    f1 = np.float32(1.0)
     blk = 0
     cnt = 0
     t = 0
@@ -155,34 +148,7 @@ def _casp_item(
         for c in range(P):
             q = v[c]
             v[c] = q if q > minlvl else minlvl
-        # adaptation loops: q = v / s, the overshoot limiter where q > 1 (evaluated only
-        # when some channel needs it: the first loops almost never do), state update
-        for j in range(J):
-            hits = False
-            for c in range(P):
-                q = v[c] / ast[j, c]
-                v[c] = q
-                hits |= q > 1.0
-            if use_limit and hits:
-                if precise:
-                    for c in range(P):
-                        q = v[c]
-                        lim = overshoot_limit(q, am[j, c], aq[j, c])
-                        v[c] = lim if q > 1.0 else q
-                else:
-                    for c in range(P):
-                        z = np.float32((v[c] - 1.0) * aq[j, c])
-                        z = z if z > np.float32(-37.5) else np.float32(-37.5)
-                        t32[c] = z if z < np.float32(0.0) else np.float32(0.0)
-                    for c in range(P):  # pure float32: 8 lanes per vector
-                        e = exp32_nonpos_inline(t32[c])
-                        t32[c] = am32[j, c] * (f1 - e) / (f1 + e)
-                    for c in range(P):
-                        q = v[c]
-                        lim = 1.0 + np.float64(t32[c])
-                        v[c] = lim if q > 1.0 else q
-            for c in range(P):
-                ast[j, c] = aa[j, c] * ast[j, c] + ab[j, c] * v[c]
+        adaptation_loops_lanes(v, ast, aa, ab, am, aq, use_limit, not precise, am32, t32)
         for c in range(P):
             v[c] = (v[c] - off) * scale
         # modulation filterbank: optional pre-filter, low-pass band, band lanes

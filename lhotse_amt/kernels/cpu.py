@@ -23,6 +23,7 @@ from .fastmath import (
     KERNEL_OPTS,
     assume_distinct_arrays,
     denormals_off,
+    exp32_nonpos_inline,
     exp_nonpos_inline,
     restore_fp_mode,
 )
@@ -255,6 +256,44 @@ def overshoot_limit(q, m, aq):  # pragma: no cover - compiled
     return 2.0 * m / (1.0 + exp_nonpos_inline(t)) - (m - 1.0)
 
 
+@njit(inline="always", **KERNEL_OPTS)
+def adaptation_loops_lanes(v, st, aa, ab, mm, aq, use_limit, fast, mm32, t32):  # pragma: no cover
+    # one sample through the J adaptation loops on the lanes of v (in place): divide by
+    # the loop state, the overshoot limiter where the quotient exceeds 1 (evaluated only
+    # when some lane needs it: the first loops almost never do), state update. st, aa,
+    # ab, mm (limit), aq (-2 / limit): (J, W). fast: the limiter's correction
+    # m (1 - e) / (1 + e), e = exp(-2 (q - 1) / m), in float32 (mm32, scratch t32 (W,)
+    # float32; absolute error < 1e-6 on a value >= 1), else float64 (overshoot_limit)
+    W = v.shape[0]
+    f1 = np.float32(1.0)
+    for j in range(st.shape[0]):
+        hits = False
+        for k in range(W):
+            q = v[k] / st[j, k]
+            v[k] = q
+            hits |= q > 1.0
+        if use_limit and hits:
+            if fast:
+                for k in range(W):
+                    z = np.float32((v[k] - 1.0) * aq[j, k])
+                    z = z if z > np.float32(-37.5) else np.float32(-37.5)
+                    t32[k] = z if z < np.float32(0.0) else np.float32(0.0)
+                for k in range(W):  # pure float32: 8 lanes per vector
+                    e = exp32_nonpos_inline(t32[k])
+                    t32[k] = mm32[j, k] * (f1 - e) / (f1 + e)
+                for k in range(W):
+                    q = v[k]
+                    lim = 1.0 + np.float64(t32[k])
+                    v[k] = lim if q > 1.0 else q
+            else:
+                for k in range(W):
+                    q = v[k]
+                    lim = overshoot_limit(np.float64(q), mm[j, k], aq[j, k])
+                    v[k] = lim if q > 1.0 else q
+        for k in range(W):
+            st[j, k] = aa[j, k] * st[j, k] + ab[j, k] * v[k]
+
+
 @njit(parallel=True, **KERNEL_OPTS)
 def _adaptation_kernel(x, a, m, minlvl, use_limit, s, y):  # pragma: no cover - compiled
     # groups of up to 32 channels, one per vector lane: a chunk of samples is transposed
@@ -286,6 +325,8 @@ def _adaptation_kernel(x, a, m, minlvl, use_limit, s, y):  # pragma: no cover - 
                 st[j, k] = s[c, j]
         buf = np.empty((_CHUNK, W), dt)
         v = np.empty(W, dt)
+        mm32 = np.empty((0, 0), np.float32)  # the float64 limiter only: no float32 scratch
+        t32 = np.empty(0, np.float32)
         for t0 in range(0, T, _CHUNK):
             n = min(_CHUNK, T - t0)
             _load_lanes(x, idx, t0, n, buf)
@@ -293,19 +334,7 @@ def _adaptation_kernel(x, a, m, minlvl, use_limit, s, y):  # pragma: no cover - 
                 for k in range(W):
                     q = buf[i, k]
                     v[k] = q if q > lo[k] else lo[k]
-                for j in range(J):
-                    hits = False
-                    for k in range(W):
-                        q = v[k] / st[j, k]
-                        v[k] = q
-                        hits |= q > 1.0
-                    if use_limit and hits:
-                        for k in range(W):
-                            q = v[k]
-                            lim = overshoot_limit(np.float64(q), mm[j, k], aq[j, k])
-                            v[k] = lim if q > 1.0 else q
-                    for k in range(W):
-                        st[j, k] = aa[j, k] * st[j, k] + ab[j, k] * v[k]
+                adaptation_loops_lanes(v, st, aa, ab, mm, aq, use_limit, False, mm32, t32)
                 for k in range(W):
                     buf[i, k] = v[k]
             _store_lanes(buf, c0, nc, t0, n, y)
