@@ -21,15 +21,40 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from .casp import _F, _WRITE_BLOCK, _flush, _pad8, _sections
+from .casp import _F, _WRITE_BLOCK, _flush, _pad8
 from .cpu import _threads
 from .fastmath import denormals_off, pow_pos_inline, restore_fp_mode
 
-__all__ = ["KingPooledPlan", "king_pooled", "king_samples", "rms_matched_envelope_"]
+__all__ = [
+    "KingPooledPlan",
+    "king_pooled",
+    "king_samples",
+    "periodic_state_maps",
+    "wrap_basis",
+    "rms_matched_envelope_",
+]
 
 #: the ``dst`` argument of the pooled mode (float64: the kernel's per-sample buffer takes
 #: the dtype of ``dst``; the same specialisation as :func:`king_samples` of float64 models)
 _NO_OUTPUT = np.zeros((1, 0, 0, 0))
+
+
+@njit(inline="always", **_F)
+def _sections_block(v, nb, sos, z0, z1):  # pragma: no cover - compiled
+    # S second-order sections (transposed direct form II, shared coefficients) on the
+    # first nb rows of the block v (TB, P) in place, section by section (coefficients in
+    # scalars, the states of one section stay in the cache over the block); states
+    # z0/z1 (S, P). Per lane the same operations in the same order as sample by sample
+    P = v.shape[1]
+    for s in range(sos.shape[0]):
+        b0, b1, b2, a1, a2 = sos[s, 0], sos[s, 1], sos[s, 2], sos[s, 4], sos[s, 5]
+        for t in range(nb):
+            for c in range(P):
+                x = v[t, c]
+                out = b0 * x + z0[s, c]
+                z0[s, c] = b1 * x - a1 * out + z1[s, c]
+                z1[s, c] = b2 * x - a2 * out
+                v[t, c] = out
 
 
 @njit(**_F)
@@ -39,99 +64,123 @@ def _king_item(
     knee, coef, expo,
     ihc, ihz0, ihz1, post, poz0, poz1,
     bank, bz0, bz1, gain, use_abs,
-    sums, dst, kcol, tc,
+    sums, dst, kcol, tc, ubuf, ucol, pis, pim,
 ):  # pragma: no cover - compiled  # fmt: skip
-    # bank (S, 5, M, P): b0, b1, b2, a1, a2 per section, band and lane; states (S, M, P).
-    # Each sample's band outputs go to vb[t]; hop > 0 sums them per block of hop samples
-    # into sums (nblk, M, P), hop = 0 writes every sample to dst (C, M, T) through vb as
-    # a transposing buffer of tc samples (in the dtype of dst: 8 kB in float32, which with
-    # the filter states stays in the L1 cache): lane m * P + c -> row kcol[.] of dst
-    # seen as (C * M, T)
+    # bank (S, 6, M): the second-order sections of band m (scipy layout); states
+    # (S, M, P). The samples run in blocks of tc: every stage runs over the whole block
+    # before the next (coefficients in scalars, one stage's states in the cache), which
+    # per lane is the same arithmetic in the same order as sample by sample. The band
+    # outputs of a block go to vb (tc, M, P); hop > 0 sums them per block of hop samples
+    # into sums (nblk, M, P), hop = 0 writes every sample to dst (C, M, T) (vb in the
+    # dtype of dst, a transposing buffer that stays in the L1 cache): lane m * P + c ->
+    # row kcol[.] of dst seen as (C * M, T). With ubuf (C, T) non-empty (hop = 0) the
+    # input of the band-passes goes to ubuf (lane c -> row ucol[c]) and pis (3, M, P)
+    # collects, per band m with pim[m] and lane, sum(y^2), sum(y) and sum((-1)^n y) of
+    # the band output
     T = min(x.shape[0], end)
+    keep_u = ubuf.shape[0] > 0
     rows = dst.reshape(dst.shape[0] * dst.shape[1], dst.shape[2])
     write = hop == 0
     K, P = gre.shape
     S = bank.shape[0]
     M = bank.shape[2]
-    ur = np.empty(P)
-    ui = np.empty(P)
-    v = np.empty(P)
-    y = np.empty((M, P))
+    ur = np.empty((tc, P))
+    ui = np.empty((tc, P))
+    v = np.empty((tc, P))
+    y = np.empty((tc, P))
     acc = np.zeros((M, P))
-    vb = np.empty((tc if write else 1, M, P), dst.dtype)
+    vb = np.empty((tc, M, P), dst.dtype)
     blk = 0
     cnt = 0
-    t = 0
-    for n in range(T):
-        xn = x[n]
-        for c in range(P):
-            ur[c] = xn
-            ui[c] = 0.0
+    for n0 in range(0, T, tc):
+        nb = min(tc, T - n0)
+        # gammatone: K complex one-pole stages, stage by stage over the block
         for k in range(K):
-            for c in range(P):
-                nr = pr[c] * gre[k, c] - pi[c] * gim[k, c] + ur[c]
-                ni = pr[c] * gim[k, c] + pi[c] * gre[k, c] + ui[c]
-                gre[k, c] = nr
-                gim[k, c] = ni
-                ur[c] = nr
-                ui[c] = ni
-        # compression: x below the knee, sign(x) coef |x|^n above it
-        if precise:
-            for c in range(P):
-                q = g2[c] * ur[c]
-                aq = abs(q)
-                comp = math.copysign(coef * aq**expo, q)
-                v[c] = comp if aq > knee else q
-        else:
-            for c in range(P):
-                q = g2[c] * ur[c]
-                aq = abs(q)
-                comp = math.copysign(coef * pow_pos_inline(aq if aq > 1e-200 else 1e-200, expo), q)
-                v[c] = comp if aq > knee else q
-        # half-wave rectification, IHC low-pass, high-pass (and 150-Hz low-pass)
-        for c in range(P):
-            q = v[c]
-            v[c] = q if q > 0.0 else 0.0
-        _sections(v, ihc, ihz0, ihz1)
-        _sections(v, post, poz0, poz1)
-        # modulation band-passes on every (band, channel) lane
-        for m in range(M):
-            for c in range(P):
-                y[m, c] = v[c]
-        for s in range(S):
-            for m in range(M):
+            if k == 0:
+                for t in range(nb):
+                    for c in range(P):
+                        ur[t, c] = x[n0 + t]
+                        ui[t, c] = 0.0
+            for t in range(nb):
                 for c in range(P):
-                    w = y[m, c]
-                    out = bank[s, 0, m, c] * w + bz0[s, m, c]
-                    bz0[s, m, c] = bank[s, 1, m, c] * w - bank[s, 3, m, c] * out + bz1[s, m, c]
-                    bz1[s, m, c] = bank[s, 2, m, c] * w - bank[s, 4, m, c] * out
-                    y[m, c] = out
-        for m in range(M):
-            g = gain[m]
-            if use_abs[m]:
+                    nr = pr[c] * gre[k, c] - pi[c] * gim[k, c] + ur[t, c]
+                    ni = pr[c] * gim[k, c] + pi[c] * gre[k, c] + ui[t, c]
+                    gre[k, c] = nr
+                    gim[k, c] = ni
+                    ur[t, c] = nr
+                    ui[t, c] = ni
+        # compression: x below the knee, sign(x) coef |x|^n above it; then half-wave
+        # rectification
+        for t in range(nb):
+            if precise:
                 for c in range(P):
-                    vb[t, m, c] = g * abs(y[m, c])
+                    q = g2[c] * ur[t, c]
+                    aq = abs(q)
+                    comp = math.copysign(coef * aq**expo, q)
+                    r = comp if aq > knee else q
+                    v[t, c] = r if r > 0.0 else 0.0
             else:
                 for c in range(P):
-                    vb[t, m, c] = g * y[m, c]
-        if write:
-            t += 1
-            if t == tc or n == T - 1:
-                _flush(rows, vb.reshape(tc, M * P), kcol, 0, n + 1 - t, t)
-                t = 0
-            continue
+                    q = g2[c] * ur[t, c]
+                    aq = abs(q)
+                    comp = math.copysign(
+                        coef * pow_pos_inline(aq if aq > 1e-200 else 1e-200, expo), q
+                    )
+                    r = comp if aq > knee else q
+                    v[t, c] = r if r > 0.0 else 0.0
+        # IHC low-pass, high-pass (and 150-Hz low-pass)
+        _sections_block(v, nb, ihc, ihz0, ihz1)
+        _sections_block(v, nb, post, poz0, poz1)
+        if keep_u:
+            _flush(ubuf, v, ucol, 0, n0, nb)
+        # modulation band-passes, band by band
         for m in range(M):
-            for c in range(P):
-                q = vb[0, m, c]
-                acc[m, c] += q * q if square else q
-        cnt += 1
-        if cnt == hop or n == T - 1:
+            for t in range(nb):
+                for c in range(P):
+                    y[t, c] = v[t, c]
+            for s in range(S):
+                b0, b1, b2 = bank[s, 0, m], bank[s, 1, m], bank[s, 2, m]
+                a1, a2 = bank[s, 4, m], bank[s, 5, m]
+                for t in range(nb):
+                    for c in range(P):
+                        w = y[t, c]
+                        out = b0 * w + bz0[s, m, c]
+                        bz0[s, m, c] = b1 * w - a1 * out + bz1[s, m, c]
+                        bz1[s, m, c] = b2 * w - a2 * out
+                        y[t, c] = out
+            if keep_u and pim[m]:
+                for t in range(nb):
+                    sg = 1.0 - 2.0 * ((n0 + t) & 1)
+                    for c in range(P):
+                        q = y[t, c]
+                        pis[0, m, c] += q * q
+                        pis[1, m, c] += q
+                        pis[2, m, c] += sg * q
+            g = gain[m]
+            if use_abs[m]:
+                for t in range(nb):
+                    for c in range(P):
+                        vb[t, m, c] = g * abs(y[t, c])
+            else:
+                for t in range(nb):
+                    for c in range(P):
+                        vb[t, m, c] = g * y[t, c]
+        if write:
+            _flush(rows, vb.reshape(tc, M * P), kcol, 0, n0, nb)
+            continue
+        for t in range(nb):
             for m in range(M):
                 for c in range(P):
-                    sums[blk, m, c] = acc[m, c]
-                    acc[m, c] = 0.0
-            blk += 1
-            cnt = 0
+                    q = vb[t, m, c]
+                    acc[m, c] += q * q if square else q
+            cnt += 1
+            if cnt == hop or n0 + t == T - 1:
+                for m in range(M):
+                    for c in range(P):
+                        sums[blk, m, c] = acc[m, c]
+                        acc[m, c] = 0.0
+                blk += 1
+                cnt = 0
 
 
 @njit(parallel=True, **_F)
@@ -141,7 +190,7 @@ def _king_batch(
     knee, coef, expo,
     ihc, ihz, post, poz,
     bank, bz, gain, use_abs,
-    sums, out, kcol, tc,
+    sums, out, kcol, tc, ubuf, ucol, pis, pim,
 ):  # pragma: no cover - compiled  # fmt: skip
     for b in prange(x.shape[0]):
         fp = denormals_off()
@@ -151,7 +200,7 @@ def _king_batch(
             knee, coef, expo,
             ihc, ihz[b, 0], ihz[b, 1], post, poz[b, 0], poz[b, 1],
             bank, bz[b, 0], bz[b, 1], gain, use_abs,
-            sums[b], out[b], kcol, tc,
+            sums[b], out[b], kcol, tc, ubuf[b], ucol, pis[b], pim,
         )  # fmt: skip
         restore_fp_mode(fp)
 
@@ -201,13 +250,15 @@ class KingPooledPlan:
         bank = model.modulation_filterbank.sos.detach().cpu().numpy().astype(np.float64)
         M, S = bank.shape[0], bank.shape[1]
         self.M = M
-        # (S, 5, M, P): b0, b1, b2, a1, a2 of section s of band m, repeated over lanes
-        cf = bank[:, :, [0, 1, 2, 4, 5]].transpose(1, 2, 0)  # (S, 5, M)
-        self.bank = np.ascontiguousarray(np.broadcast_to(cf[..., None], (S, 5, M, P)))
+        # (S, 6, M): section s of band m
+        self.bank = np.ascontiguousarray(bank.transpose(1, 2, 0))
         # buffer lane m * P + c -> row c * M + m of the (C * M, T) sample output (-1:
         # padding lane)
         m_, c_ = np.divmod(np.arange(M * P), P)
         self.kcol = np.where(c_ < C, c_ * M + m_, -1).astype(np.int64)
+        # lane c -> row c of a (C, T) array (-1: padding lane)
+        lanes = np.arange(P)
+        self.ucol = np.where(lanes < C, lanes, -1).astype(np.int64)
         self.gain = np.ascontiguousarray(np.asarray(gain, np.float64))
         self.use_abs = np.ascontiguousarray(np.asarray(use_abs, np.bool_))
 
@@ -249,32 +300,336 @@ def king_pooled(
         p.knee, p.coef, p.expo,
         p.ihc, st["ihc"], p.post, st["post"],
         p.bank, st["bank"], p.gain, p.use_abs,
-        sums, _NO_OUTPUT, p.kcol, 1,
+        sums, _NO_OUTPUT, p.kcol, _WRITE_BLOCK, np.zeros((B, 0, 0)), p.ucol, np.zeros((B, 3, 0, 0)),
+        np.zeros(p.M, np.bool_),
     )  # fmt: skip
     out = torch.from_numpy(sums[..., : p.C]).permute(0, 3, 2, 1)
     return out, st
 
 
-def king_samples(plan: KingPooledPlan, x: torch.Tensor, out: torch.Tensor) -> None:
+def king_samples(
+    plan: KingPooledPlan, x: torch.Tensor, out: torch.Tensor, pi_bands: list[int] | None = None
+) -> None:
     """Run the fused chain on ``x (B, T)`` (from rest) and write every sample of band
     ``m`` (times ``gain[m]``, ``|.|`` first where ``use_abs[m]``) into ``out (B, C, M,
     T)`` (float32 or float64, C-contiguous, CPU): the modulation filterbank output of
     :class:`~lhotse_amt.models.King2019` without another sample-rate array (items in
-    parallel over the kernel threads)."""
+    parallel over the kernel threads).
+
+    ``pi_bands`` (ascending): bands whose output then becomes the rms-matched Hilbert
+    envelope (the phase insensitivity, :func:`lhotse_amt.functional.king2019_modulation.
+    phase_insensitivity`; ``gain`` 1 and no ``|.|`` on them), computed from the Hilbert
+    transform of each channel's band-pass input rather than of each band output (see the
+    comment below; bands whose filter states do not decay within ``T`` samples take the
+    direct route)."""
     _threads()
     B, T = x.shape
     if out.shape != (B, plan.C, plan.M, T) or not out.is_contiguous():
         raise ValueError(f"out must be contiguous {(B, plan.C, plan.M, T)}, got {tuple(out.shape)}")
     p = plan
+    bands = sorted(pi_bands or [])
+    maps = {m: periodic_state_maps(np.ascontiguousarray(p.bank[:, :, m]), T) for m in bands}
+    lin = [m for m in bands if maps[m][2] < _DIRECT_ABOVE]
+    direct = [m for m in bands if m not in lin]
     xn = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
     st = plan.initial_state(B)
+    rows = out.view(B, p.C * p.M, T)
+    kcol = p.kcol.copy()
+    for m in lin:  # written by the envelope pass; meanwhile lin[0]'s rows hold u
+        kcol[m * p.P : (m + 1) * p.P] = -1
+    ucol = _band_rows(p, lin[0]) if lin else p.ucol
+    pis = np.zeros((B, 3, p.M, p.P) if lin else (B, 3, 0, 0))
     _king_batch(
         xn, np.full(B, T, np.int64), 0, False, p.precise,
         p.pr, p.pi, p.g2, st["gre"], st["gim"],
         p.knee, p.coef, p.expo,
         p.ihc, st["ihc"], p.post, st["post"],
         p.bank, st["bank"], p.gain, p.use_abs,
-        np.zeros((B, 0, p.M, p.P)), out.numpy(), p.kcol, _WRITE_BLOCK,
+        np.zeros((B, 0, p.M, p.P)), out.numpy(), kcol, _WRITE_BLOCK,
+        rows.numpy() if lin else np.zeros((B, 0, 0), out.numpy().dtype), ucol, pis,
+        np.isin(np.arange(p.M), lin),
+    )  # fmt: skip
+    if direct:
+        from ..functional.king2019_modulation import _phase_insensitivity_cpu_
+
+        _phase_insensitivity_cpu_(out, direct)
+    if lin:
+        _hilbert_envelopes_(p, lin, maps, out, st["bank"], pis)
+
+
+def _band_rows(plan: KingPooledPlan, m: int) -> np.ndarray:
+    """Lane ``c`` -> row ``c * M + m`` of an item's ``(C * M, T)`` rows (-1: padding)."""
+    return np.ascontiguousarray(plan.kcol[m * plan.P : (m + 1) * plan.P])
+
+
+# ---- phase insensitivity from the band-pass input's Hilbert transform -----------------
+#
+# For one channel let u (length N) be the band-pass input and b = F(u) the output of band
+# filter F (state-space A, B, C, D over the section states, from rest). AMT's Hilbert
+# transform H is circular (FFT over the N samples), F is not; with s_N the final state
+# of F and F_circ the periodic filter (initial state (I - A^N)^-1 times the final state
+# of the pass from rest, the steady state of u repeated for ever):
+#
+#     H{b} = F_circ(H{u}) - sum_j s_N[j] G_j,   G_j = H{ZIR_j} as a DFT:
+#     DFT(G_j)[k] = -i sgn(k) C (I - w_k A)^-1 e_j,   w_k = exp(-2 pi i k / N)
+#
+# (b + ZIR((I - A^N)^-1 s_N) is the circular convolution of u with F's impulse response,
+# which H commutes with; the wrap-around term's DFT is C (I - w A)^-1 s_N, the
+# z-transform of the zero-input response from s_N). So one Hilbert transform per
+# channel (two real FFTs) and a band-pass pass over it replace two real FFTs per band;
+# the G_j (2 per section and band) are shared by every channel and item. By Parseval
+# sum(H{b}^2) = sum(b^2) - (sum(b)^2 + [N even] sum((-1)^n b)^2) / N, so the rms
+# matching is known before the envelopes are formed.
+
+
+def _section_step_matrix(sos: np.ndarray) -> np.ndarray:
+    """``A`` ``(2S, 2S)``: one step of the section states ``(z0_s, z1_s)`` of the cascade
+    ``sos (S, 6)`` (transposed direct form II, as the kernels run it) without input."""
+    S = sos.shape[0]
+    A = np.zeros((2 * S, 2 * S))
+    for j in range(2 * S):
+        z = np.zeros(2 * S)
+        z[j] = 1.0
+        w = 0.0
+        new = np.zeros(2 * S)
+        for s in range(S):
+            b0, b1, b2, _, a1, a2 = sos[s]
+            y = b0 * w + z[2 * s]
+            new[2 * s] = b1 * w - a1 * y + z[2 * s + 1]
+            new[2 * s + 1] = b2 * w - a2 * y
+            w = y
+        A[:, j] = new
+    return A
+
+
+def periodic_state_maps(
+    sos: np.ndarray, N: int, tol: float = 2.0**-60
+) -> tuple[np.ndarray, int, float]:
+    """For the cascade ``sos (S, 6)`` and ``N`` samples: ``Q = (I - A^N)^-1`` (final
+    state of a pass from rest -> initial state of the periodic steady state), the tail
+    length ``L <= N`` after which ``max |A^L| < tol`` (a pass over the last ``L``
+    samples from rest then gives the final state to ``tol``; ``L = N`` where it does
+    not decay that fast) and ``max |A^N|`` (``Q`` is ill-conditioned where it is not
+    small: the section states of a band-pass with poles near ``z = 1`` first grow, by
+    up to ~500 for the 13.7-Hz band, before they decay)."""
+    A = _section_step_matrix(sos)
+    AN = np.linalg.matrix_power(A, N)
+    Q = np.linalg.inv(np.eye(A.shape[0]) - AN)
+    L, AL = 1024, np.linalg.matrix_power(A, 1024)
+    while L < N and np.abs(AL).max() >= tol:
+        L, AL = 2 * L, AL @ AL
+    return Q, min(L, N), float(np.abs(AN).max())
+
+
+@njit(**_F)
+def _wrap_spectra(bank, bands, N, spec):  # pragma: no cover - compiled
+    # spec[i * S + s, k] = -i sgn(k) / A_s(w) prod_{s' > s} B_s'(w) / A_s'(w) for band
+    # bands[i], w = exp(-2 pi i k / N), k = 0 ... N // 2 (DC and, for even N, Nyquist
+    # zero): the DFT of H{zero-input response from z0_s = 1}; that from z1_s = 1 is w
+    # times it (the same sequence one sample later, circularly). Real arithmetic
+    S = bank.shape[0]
+    for k in range(spec.shape[1]):
+        if k == 0 or 2 * k == N:
+            for r in range(spec.shape[0]):
+                spec[r, k] = 0.0
+            continue
+        ang = -2.0 * math.pi * k / N
+        wr = math.cos(ang)
+        wi = math.sin(ang)
+        w2r = wr * wr - wi * wi
+        w2i = 2.0 * wr * wi
+        for i in range(bands.shape[0]):
+            m = bands[i]
+            tr = 0.0  # tail = -i
+            ti = -1.0
+            for s in range(S - 1, -1, -1):
+                dr = 1.0 + bank[s, 4, m] * wr + bank[s, 5, m] * w2r
+                di = bank[s, 4, m] * wi + bank[s, 5, m] * w2i
+                d2 = dr * dr + di * di
+                qr = (tr * dr + ti * di) / d2
+                qi = (ti * dr - tr * di) / d2
+                spec[i * S + s, k] = complex(qr, qi)
+                nr = bank[s, 0, m] + bank[s, 1, m] * wr + bank[s, 2, m] * w2r
+                ni = bank[s, 1, m] * wi + bank[s, 2, m] * w2i
+                tr = qr * nr - qi * ni
+                ti = qr * ni + qi * nr
+
+
+def wrap_basis(plan: KingPooledPlan, bands: list[int], N: int, dtype: torch.dtype) -> torch.Tensor:
+    """``G (len(bands), S, N)`` of the comment above for the states ``z0_s`` (those for
+    ``z1_s`` are the same rows delayed by one sample, circularly): the Hilbert
+    transforms of the zero-input responses of each band's section states (one batched
+    inverse real FFT)."""
+    S = plan.bank.shape[0]
+    cdtype = np.complex64 if dtype == torch.float32 else np.complex128
+    spec = np.empty((len(bands) * S, N // 2 + 1), cdtype)
+    _wrap_spectra(plan.bank, np.asarray(bands, np.int64), N, spec)
+    g = torch.fft.irfft(torch.from_numpy(spec), n=N, dim=-1)
+    return g.reshape(len(bands), S, N)
+
+
+@njit(inline="always", **_F)
+def _gather(src, v, kcol, n0, t):  # pragma: no cover - compiled
+    # v[s, j] = src[kcol[j], n0 + s] for s < t (0 where kcol[j] < 0): the transpose of
+    # casp._flush
+    for j in range(v.shape[1]):
+        r = kcol[j]
+        if r >= 0:
+            for s in range(t):
+                v[s, j] = src[r, n0 + s]
+        else:
+            for s in range(t):
+                v[s, j] = 0.0
+
+
+@njit(inline="always", **_F)
+def _band_sections(v, nb, bank, m, z0, z1):  # pragma: no cover - compiled
+    # the sections of band m (bank (S, 6, M)) on the block v (TB, P) in place; states
+    # z0/z1 (S, P)
+    P = v.shape[1]
+    for s in range(bank.shape[0]):
+        b0, b1, b2 = bank[s, 0, m], bank[s, 1, m], bank[s, 2, m]
+        a1, a2 = bank[s, 4, m], bank[s, 5, m]
+        for t in range(nb):
+            for c in range(P):
+                w = v[t, c]
+                out = b0 * w + z0[s, c]
+                z0[s, c] = b1 * w - a1 * out + z1[s, c]
+                z1[s, c] = b2 * w - a2 * out
+                v[t, c] = out
+
+
+@njit(**_F)
+def _envelope_item(
+    rows, ucol, hrows, hcol, kb, bands, bank, Q, L, zf0, zf1, gam, gain, tc
+):  # pragma: no cover - compiled
+    # rows (C * M, T): an item's band outputs; u (the band-pass input) in rows ucol[c],
+    # H{u} in hrows[hcol[c]]. Band bands[i] is written to rows kb[i, c] as
+    # gain[i, c] |b + i H{b}| (gain in the dtype of rows), b = F(u) from rest and
+    # H{b} = F_circ(H{u}) - sum_j s_N[j] G_j (zf0/zf1 (S, M, P): final section states
+    # of the first pass; gam (len(bands), S, T): wrap_basis; Q (len(bands), 2S, 2S) and
+    # L: periodic_state_maps). u and H{u} of a block are read before any row is written
+    T = rows.shape[1]
+    S = bank.shape[0]
+    P = zf0.shape[2]
+    nband = bands.shape[0]
+    z0 = np.zeros((nband, S, P))  # F_circ(H{u})
+    z1 = np.zeros((nband, S, P))
+    w0 = np.zeros((nband, S, P))  # F(u)
+    w1 = np.zeros((nband, S, P))
+    ub = np.empty((tc, P))
+    hb = np.empty((tc, P))
+    yb = np.empty((tc, P))
+    bb = np.empty((tc, P))
+    eb = np.empty((tc, P), rows.dtype)
+    vec = np.empty(2 * S)
+    # periodic initial states: a pass over the last L samples from rest, then Q
+    for i in range(nband):
+        m = bands[i]
+        for n0 in range(T - L[i], T, tc):
+            nb = min(tc, T - n0)
+            _gather(hrows, hb, hcol, n0, nb)
+            _band_sections(hb, nb, bank, m, z0[i], z1[i])
+        for c in range(P):
+            for s in range(S):
+                vec[2 * s] = z0[i, s, c]
+                vec[2 * s + 1] = z1[i, s, c]
+            for s in range(S):
+                a = 0.0
+                b = 0.0
+                for j in range(2 * S):
+                    a += Q[i, 2 * s, j] * vec[j]
+                    b += Q[i, 2 * s + 1, j] * vec[j]
+                z0[i, s, c] = a
+                z1[i, s, c] = b
+    for n0 in range(0, T, tc):
+        nb = min(tc, T - n0)
+        _gather(rows, ub, ucol, n0, nb)
+        _gather(hrows, hb, hcol, n0, nb)
+        for i in range(nband):
+            m = bands[i]
+            for t in range(nb):
+                for c in range(P):
+                    yb[t, c] = hb[t, c]
+                    bb[t, c] = ub[t, c]
+            _band_sections(yb, nb, bank, m, z0[i], z1[i])
+            _band_sections(bb, nb, bank, m, w0[i], w1[i])
+            for s in range(S):
+                for t in range(nb):
+                    n = n0 + t
+                    g0 = np.float64(gam[i, s, n])
+                    g1 = np.float64(gam[i, s, n - 1 if n > 0 else T - 1])
+                    for c in range(P):
+                        yb[t, c] -= zf0[s, m, c] * g0 + zf1[s, m, c] * g1
+            for t in range(nb):
+                for c in range(P):
+                    b = bb[t, c]
+                    h = yb[t, c]
+                    eb[t, c] = b * b + h * h
+            # the square root in the output's precision (float32: twice the lanes)
+            for t in range(nb):
+                for c in range(P):
+                    eb[t, c] = gain[i, c] * np.sqrt(eb[t, c])
+            _flush(rows, eb, kb[i], 0, n0, nb)
+
+
+@njit(parallel=True, **_F)
+def _envelope_batch(
+    rows, ucol, hrows, hcol, kb, bands, bank, Q, L, zf, gam, gain, tc
+):  # pragma: no cover - compiled
+    for b in prange(rows.shape[0]):
+        fp = denormals_off()
+        _envelope_item(
+            rows[b], ucol, hrows[b], hcol, kb, bands, bank, Q, L, zf[b, 0], zf[b, 1], gam,
+            gain[b], tc,
+        )  # fmt: skip
+        restore_fp_mode(fp)
+
+
+#: bands whose ``max |A^N|`` is at least this take the direct route (two FFTs per band
+#: output): ``Q`` would lose digits (signals shorter than a few time constants of the
+#: band-pass, where the FFTs are short anyway)
+_DIRECT_ABOVE = 0.5
+
+
+def _hilbert_envelopes_(
+    plan: KingPooledPlan,
+    bands: list[int],
+    maps: dict[int, tuple[np.ndarray, int, float]],
+    out: torch.Tensor,
+    zf: np.ndarray,
+    pis: np.ndarray,
+) -> None:
+    """Second pass of :func:`king_samples` for the bands ``bands`` of ``out (B, C, M,
+    N)``, whose rows of band ``bands[0]`` hold the band-pass inputs ``u``: ``H{u}`` (into
+    the rows of ``bands[1]``, or a new array for a single band), then the envelopes,
+    given the final band-pass states ``zf (B, 2, S, M, P)``, the sums ``pis (B, 3, M,
+    P)`` of the first pass and ``maps`` (:func:`periodic_state_maps` per band)."""
+    from ..functional.king2019_modulation import hilbert_rows_
+
+    B, C, M, N = out.shape
+    per_band = out.view(B * C, M, N)
+    if len(bands) > 1:
+        hrows, hcol = out.view(B, C * M, N), _band_rows(plan, bands[1])
+        hilbert_rows_(per_band[:, bands[0]], per_band[:, bands[1]])
+    else:
+        hu = torch.empty((B, C, N), dtype=out.dtype)
+        hrows, hcol = hu, plan.ucol
+        hilbert_rows_(per_band[:, bands[0]], hu.view(B * C, N))
+    lin_a = np.asarray(bands, np.int64)
+    Q = np.ascontiguousarray(np.stack([maps[m][0] for m in bands]))
+    L = np.asarray([maps[m][1] for m in bands], np.int64)
+    gam = wrap_basis(plan, bands, N, out.dtype)
+    # rms matching: sum(H{b}^2) from the first pass's sums (Parseval)
+    sb, s0, s1 = (pis[:, k][:, lin_a] for k in range(3))
+    sh = sb - (s0 * s0 + (s1 * s1 if N % 2 == 0 else 0.0)) / N
+    den = sb + np.maximum(sh, 0.0)
+    gain = np.where(den > 0.0, np.sqrt(sb / np.where(den > 0.0, den, 1.0)), 0.0)
+    kb = np.ascontiguousarray(plan.kcol.reshape(M, plan.P)[lin_a])
+    rows = out.view(B, C * M, N).numpy()
+    _envelope_batch(
+        rows, _band_rows(plan, bands[0]), hrows.numpy(), hcol, kb, lin_a, plan.bank,
+        Q, L, zf, gam.numpy(), np.ascontiguousarray(gain, rows.dtype), _WRITE_BLOCK,
     )  # fmt: skip
 
 

@@ -230,11 +230,18 @@ class King2019(StreamingModel):
         """Modulation filterbank output ``(B, F, M, T)`` of ``x (B, T)`` by the stages."""
         return self._stages(x, None, None)[0]["modulation"]
 
+    def _pi_bands(self) -> list[int]:
+        """Bands that the phase insensitivity turns into envelopes (``mfc > pi_cutoff``)."""
+        if not self.phase_insensitive:
+            return []
+        return [int(m) for m in np.flatnonzero(self._mfc_np() > self.pi_cutoff)]
+
     def _fused_modulation(self, x: Tensor) -> Tensor | None:
-        """Modulation filterbank output ``(B, F, M, T)`` of ``x (B, T)`` by the fused CPU
-        kernel (:func:`lhotse_amt.kernels.king2019.king_samples`: float64 recursions, no
-        sample-rate intermediate); ``None`` where it does not apply (not on the CPU, or
-        the direct-form ``"tf"`` band-passes)."""
+        """Phase-insensitive modulation filterbank output ``(B, F, M, T)`` of ``x (B, T)``
+        by the fused CPU kernel (:func:`lhotse_amt.kernels.king2019.king_samples`:
+        float64 recursions, no sample-rate intermediate but the band-pass inputs);
+        ``None`` where it does not apply (not on the CPU, or the direct-form ``"tf"``
+        band-passes)."""
         if (
             x.device.type != "cpu"
             or self.modulation_filterbank.form != "sos"
@@ -249,7 +256,7 @@ class King2019(StreamingModel):
 
         plan = self._kernel_plan("king2019", make)
         y = torch.empty((x.shape[0], plan.C, plan.M, x.shape[-1]), dtype=self.dtype)
-        kk.king_samples(plan, x, y)
+        kk.king_samples(plan, x, y, self._pi_bands())
         return y
 
     def forward(self, x: Tensor) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
@@ -261,8 +268,8 @@ class King2019(StreamingModel):
             y = self._fused_modulation(xb)
             if y is None:
                 y = self._itemwise(xb, self._stages_modulation)
-            if self.phase_insensitive:
-                y = phase_insensitivity(y, self._mfc_np(), self.pi_cutoff, inplace=True)
+                if self.phase_insensitive:
+                    y = phase_insensitivity(y, self._mfc_np(), self.pi_cutoff, inplace=True)
             out = {}
         else:
             out, _ = self._stages(xb, None, None)
