@@ -248,7 +248,7 @@ class KingPooledPlan:
             post.append(sos(model.lp150_filter.sos))
         self.post = np.ascontiguousarray(np.concatenate(post))
         bank = model.modulation_filterbank.sos.detach().cpu().numpy().astype(np.float64)
-        M, S = bank.shape[0], bank.shape[1]
+        M = bank.shape[0]
         self.M = M
         # (S, 6, M): section s of band m
         self.bank = np.ascontiguousarray(bank.transpose(1, 2, 0))
