@@ -265,3 +265,72 @@ def test_casp_kernel_layout() -> None:
     assert plan.n_bands.tolist() == [int(n) for n in model.modulation.n_bands]
     with pytest.raises(ValueError, match="contiguous"):
         casp.casp_samples(plan, torch.zeros(1, 10), torch.zeros(1, 3, 10))
+
+
+# ---- King2019 phase insensitivity from one Hilbert transform per channel -------------
+
+
+@pytest.mark.parametrize(
+    "seconds, cutoff, routes",
+    [
+        (0.0125, 10.0, ("direct",)),  # states do not decay within 200 samples
+        (0.25, 10.0, ("direct", "linear")),  # 13.7 Hz direct, 35.9 and 94 Hz linear
+        (6.0, 10.0, ("linear",)),  # tail pre-pass shorter than the signal
+        (6.0, 50.0, ("linear",)),  # one band: H{u} in its own array
+        (2.0, 1.0, ("direct", "linear")),  # 2 Hz band direct (states decay in ~ 4 s)
+    ],
+)
+def test_king_phase_insensitivity_routes(seconds, cutoff, routes, monkeypatch) -> None:
+    """The forward's phase insensitivity (envelopes from H{u}, or per band output where
+    the band-pass states do not decay within the signal) equals the stage-wise path's
+    FFT per band output to rounding, in float64 and float32."""
+    from lhotse_amt.functional import king2019_modulation as km
+    from lhotse_amt.kernels import king2019 as kk
+
+    used = set()
+    per_band, envelope = km._phase_insensitivity_cpu_, kk._envelope_batch
+    monkeypatch.setattr(
+        km, "_phase_insensitivity_cpu_", lambda *a: used.add("direct") or per_band(*a)
+    )
+    monkeypatch.setattr(kk, "_envelope_batch", lambda *a: used.add("linear") or envelope(*a))
+    x = torch.from_numpy(np.stack([_signal(seconds), 0.5 * _signal(seconds, seed=3)])).double()
+    ref = _bands(
+        King2019(FS, flow=1000.0, fhigh=3000.0, pi_cutoff=cutoff, return_stages=True,
+                 dtype=torch.float64)(x)[0]
+    )  # fmt: skip
+    for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-5)):
+        used.clear()
+        with torch.no_grad():
+            fast = King2019(FS, flow=1000.0, fhigh=3000.0, pi_cutoff=cutoff, dtype=dtype)
+            fast = _bands(fast(x.to(dtype)))
+        assert used == set(routes)
+        for f, r in zip(fast, ref):
+            assert float((f.double() - r).abs().max()) <= tol * float(r.abs().max())
+
+
+def test_king_wrap_basis_identity() -> None:
+    """H{F(u)} = F_circ(H{u}) - sum_j s_N[j] G_j for one band-pass (scipy filters): the
+    identity behind the forward's phase insensitivity, at lengths where the periodic
+    state needs Q and where it does not."""
+    import scipy.signal
+
+    from lhotse_amt.functional.king2019_modulation import hilbert_transform
+    from lhotse_amt.kernels import king2019 as kk
+
+    model = King2019(FS, flow=1000.0, fhigh=1500.0, dtype=torch.float64)
+    plan = kk.KingPooledPlan(model, np.ones(5), np.zeros(5, bool), True)
+    rng = np.random.default_rng(0)
+    for N, m in ((3001, 3), (40000, 2), (40000, 4)):
+        sos = np.ascontiguousarray(plan.bank[:, :, m])  # (S, 6)
+        u = rng.standard_normal(N)
+        b, zf = scipy.signal.sosfilt(sos, u, zi=np.zeros((len(sos), 2)))
+        hu = hilbert_transform(torch.from_numpy(u)).numpy()
+        Q, L, _ = kk.periodic_state_maps(sos, N)
+        _, zt = scipy.signal.sosfilt(sos, hu[N - L :], zi=np.zeros((len(sos), 2)))
+        zp = (Q @ zt.reshape(-1)).reshape(zt.shape)
+        h = scipy.signal.sosfilt(sos, hu, zi=zp)[0]
+        G = kk.wrap_basis(plan, [m], N)[0].numpy()  # (S, N)
+        for s in range(len(sos)):
+            h -= zf[s, 0] * G[s] + zf[s, 1] * np.roll(G[s], 1)
+        ref = hilbert_transform(torch.from_numpy(b)).numpy()
+        assert np.abs(h - ref).max() <= 1e-9 * np.abs(ref).max()

@@ -455,14 +455,14 @@ def _wrap_spectra(bank, bands, N, spec):  # pragma: no cover - compiled
                 ti = qr * ni + qi * nr
 
 
-def wrap_basis(plan: KingPooledPlan, bands: list[int], N: int, dtype: torch.dtype) -> torch.Tensor:
-    """``G (len(bands), S, N)`` of the comment above for the states ``z0_s`` (those for
-    ``z1_s`` are the same rows delayed by one sample, circularly): the Hilbert
-    transforms of the zero-input responses of each band's section states (one batched
-    inverse real FFT)."""
+def wrap_basis(plan: KingPooledPlan, bands: list[int], N: int) -> torch.Tensor:
+    """``G (len(bands), S, N)`` (float64) of the comment above for the states ``z0_s``
+    (those for ``z1_s`` are the same rows delayed by one sample, circularly): the
+    Hilbert transforms of the zero-input responses of each band's section states (one
+    batched inverse real FFT). float64 whatever the model dtype: the section states of
+    a narrow band-pass are up to ~500 times its output, and their terms cancel."""
     S = plan.bank.shape[0]
-    cdtype = np.complex64 if dtype == torch.float32 else np.complex128
-    spec = np.empty((len(bands) * S, N // 2 + 1), cdtype)
+    spec = np.empty((len(bands) * S, N // 2 + 1), np.complex128)
     _wrap_spectra(plan.bank, np.asarray(bands, np.int64), N, spec)
     g = torch.fft.irfft(torch.from_numpy(spec), n=N, dim=-1)
     return g.reshape(len(bands), S, N)
@@ -619,7 +619,7 @@ def _hilbert_envelopes_(
     lin_a = np.asarray(bands, np.int64)
     Q = np.ascontiguousarray(np.stack([maps[m][0] for m in bands]))
     L = np.asarray([maps[m][1] for m in bands], np.int64)
-    gam = wrap_basis(plan, bands, N, out.dtype)
+    gam = wrap_basis(plan, bands, N)
     # rms matching: sum(H{b}^2) from the first pass's sums (Parseval)
     sb, s0, s1 = (pis[:, k][:, lin_a] for k in range(3))
     sh = sb - (s0 * s0 + (s1 * s1 if N % 2 == 0 else 0.0)) / N
