@@ -431,37 +431,41 @@ def periodic_state_maps(
 
 
 @njit(**_F)
-def _wrap_spectra(bank, bands, N, spec):  # pragma: no cover - compiled
+def _wrap_spectra(bank, bands, wr, wi, spec):  # pragma: no cover - compiled
     # spec[i * S + s, k] = -i sgn(k) / A_s(w) prod_{s' > s} B_s'(w) / A_s'(w) for band
-    # bands[i], w = exp(-2 pi i k / N), k = 0 ... N // 2 (DC and, for even N, Nyquist
-    # zero): the DFT of H{zero-input response from z0_s = 1}; that from z1_s = 1 is w
-    # times it (the same sequence one sample later, circularly). Real arithmetic
+    # bands[i] at w = wr[k] + i wi[k] = exp(-2 pi i k / N), k = 0 ... N // 2, as (re, im)
+    # pairs (spec (rows, K, 2)): the DFT of H{zero-input response from z0_s = 1}; that
+    # from z1_s = 1 is w times it (the same sequence one sample later, circularly).
+    # Real arithmetic, vectorised over k; DC and Nyquist are set by the caller
     S = bank.shape[0]
-    for k in range(spec.shape[1]):
-        if k == 0 or 2 * k == N:
-            for r in range(spec.shape[0]):
-                spec[r, k] = 0.0
-            continue
-        ang = -2.0 * math.pi * k / N
-        wr = math.cos(ang)
-        wi = math.sin(ang)
-        w2r = wr * wr - wi * wi
-        w2i = 2.0 * wr * wi
-        for i in range(bands.shape[0]):
-            m = bands[i]
-            tr = 0.0  # tail = -i
-            ti = -1.0
-            for s in range(S - 1, -1, -1):
-                dr = 1.0 + bank[s, 4, m] * wr + bank[s, 5, m] * w2r
-                di = bank[s, 4, m] * wi + bank[s, 5, m] * w2i
+    K = wr.shape[0]
+    tr = np.empty(K)
+    ti = np.empty(K)
+    for i in range(bands.shape[0]):
+        m = bands[i]
+        for k in range(K):
+            tr[k] = 0.0  # tail = -i
+            ti[k] = -1.0
+        for s in range(S - 1, -1, -1):
+            b0, b1, b2 = bank[s, 0, m], bank[s, 1, m], bank[s, 2, m]
+            a1, a2 = bank[s, 4, m], bank[s, 5, m]
+            r = i * S + s
+            for k in range(K):
+                xr = wr[k]
+                xi = wi[k]
+                x2r = xr * xr - xi * xi
+                x2i = 2.0 * xr * xi
+                dr = 1.0 + a1 * xr + a2 * x2r
+                di = a1 * xi + a2 * x2i
                 d2 = dr * dr + di * di
-                qr = (tr * dr + ti * di) / d2
-                qi = (ti * dr - tr * di) / d2
-                spec[i * S + s, k] = complex(qr, qi)
-                nr = bank[s, 0, m] + bank[s, 1, m] * wr + bank[s, 2, m] * w2r
-                ni = bank[s, 1, m] * wi + bank[s, 2, m] * w2i
-                tr = qr * nr - qi * ni
-                ti = qr * ni + qi * nr
+                qr = (tr[k] * dr + ti[k] * di) / d2
+                qi = (ti[k] * dr - tr[k] * di) / d2
+                spec[r, k, 0] = qr
+                spec[r, k, 1] = qi
+                nr = b0 + b1 * xr + b2 * x2r
+                ni = b1 * xi + b2 * x2i
+                tr[k] = qr * nr - qi * ni
+                ti[k] = qr * ni + qi * nr
 
 
 def wrap_basis(plan: KingPooledPlan, bands: list[int], N: int) -> torch.Tensor:
@@ -471,8 +475,18 @@ def wrap_basis(plan: KingPooledPlan, bands: list[int], N: int) -> torch.Tensor:
     batched inverse real FFT). float64 whatever the model dtype: the section states of
     a narrow band-pass are up to ~500 times its output, and their terms cancel."""
     S = plan.bank.shape[0]
+    ang = np.arange(N // 2 + 1) * (-2.0 * np.pi / N)
     spec = np.empty((len(bands) * S, N // 2 + 1), np.complex128)
-    _wrap_spectra(plan.bank, np.asarray(bands, np.int64), N, spec)
+    _wrap_spectra(
+        plan.bank,
+        np.asarray(bands, np.int64),
+        np.cos(ang),
+        np.sin(ang),
+        spec.view(np.float64).reshape(*spec.shape, 2),
+    )
+    spec[:, 0] = 0.0  # -i sgn(k): zero at DC and, for even N, at Nyquist
+    if N % 2 == 0:
+        spec[:, -1] = 0.0
     g = torch.fft.irfft(torch.from_numpy(spec), n=N, dim=-1)
     return g.reshape(len(bands), S, N)
 
