@@ -13,6 +13,7 @@ size after each row.
 
     python benchmarks/bench_issue4_osses_king.py [--rates 16000 44100] [--durations 1 10]
         [--batches 1 8] [--reps 3] [--what forward fused stagewise]
+        [--models osses2021 king2019]
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def main() -> None:
     ap.add_argument("--durations", type=float, nargs="+", default=[1.0, 10.0])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--models", nargs="+", default=["osses2021", "king2019"])
     ap.add_argument(
         "--what", nargs="+", default=["fused", "stagewise"], help="forward fused stagewise"
     )
@@ -101,6 +103,8 @@ def main() -> None:
     )
     for fs in args.rates:
         for name, (model, ex, ex_sw) in _models(fs).items():
+            if name not in args.models:
+                continue
             for dur in args.durations:
                 for B in args.batches:
                     x = noise(dur, B, fs)
