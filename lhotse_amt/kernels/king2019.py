@@ -49,20 +49,22 @@ _NO_OUTPUT = np.zeros((1, 0, 0, 0))
 
 
 @njit(inline="always", **_F)
-def _sections_block(v, nb, sos, z0, z1):  # pragma: no cover - compiled
-    # S second-order sections (transposed direct form II, shared coefficients) on the
-    # first nb rows of the block v (TB, P) in place, section by section (coefficients in
-    # scalars, the states of one section stay in the cache over the block); states
-    # z0/z1 (S, P). Per lane the same operations in the same order as sample by sample
+def _sections_block(v, nb, sos, z0, z1, m):  # pragma: no cover - compiled
+    # cascade m of second-order sections (transposed direct form II; sos (., S, 6),
+    # coefficients shared by the lanes) on the first nb rows of the block v (TB, P) in
+    # place, section by section (coefficients in scalars, the states of one section stay
+    # in the cache over the block); states z0/z1 (., S, P). Per lane the same operations
+    # in the same order as sample by sample. Indexing, not views: a view per call would
+    # cost reference counting inside the sample loop
     P = v.shape[1]
-    for s in range(sos.shape[0]):
-        b0, b1, b2, a1, a2 = sos[s, 0], sos[s, 1], sos[s, 2], sos[s, 4], sos[s, 5]
+    for s in range(sos.shape[1]):
+        b0, b1, b2, a1, a2 = sos[m, s, 0], sos[m, s, 1], sos[m, s, 2], sos[m, s, 4], sos[m, s, 5]
         for t in range(nb):
             for c in range(P):
                 x = v[t, c]
-                out = b0 * x + z0[s, c]
-                z0[s, c] = b1 * x - a1 * out + z1[s, c]
-                z1[s, c] = b2 * x - a2 * out
+                out = b0 * x + z0[m, s, c]
+                z0[m, s, c] = b1 * x - a1 * out + z1[m, s, c]
+                z1[m, s, c] = b2 * x - a2 * out
                 v[t, c] = out
 
 
@@ -75,8 +77,8 @@ def _king_item(
     bank, bz0, bz1, gain, use_abs,
     sums, dst, kcol, tc, ubuf, ucol, pis, pim,
 ):  # pragma: no cover - compiled  # fmt: skip
-    # bank (S, 6, M): the second-order sections of band m (scipy layout); states
-    # (S, M, P). The samples run in blocks of tc: every stage runs over the whole block
+    # bank (M, S, 6): the second-order sections of band m (scipy layout); states
+    # (M, S, P). The samples run in blocks of tc: every stage runs over the whole block
     # before the next (coefficients in scalars, one stage's states in the cache), which
     # per lane is the same arithmetic in the same order as sample by sample. The band
     # outputs of a block go to vb (tc, M, P); hop > 0 sums them per block of hop samples
@@ -91,8 +93,7 @@ def _king_item(
     rows = dst.reshape(dst.shape[0] * dst.shape[1], dst.shape[2])
     write = hop == 0
     K, P = gre.shape
-    S = bank.shape[0]
-    M = bank.shape[2]
+    M = bank.shape[0]
     ur = np.empty((tc, P))
     ui = np.empty((tc, P))
     v = np.empty((tc, P))
@@ -138,8 +139,8 @@ def _king_item(
                     r = comp if aq > knee else q
                     v[t, c] = r if r > 0.0 else 0.0
         # IHC low-pass, high-pass (and 150-Hz low-pass)
-        _sections_block(v, nb, ihc, ihz0, ihz1)
-        _sections_block(v, nb, post, poz0, poz1)
+        _sections_block(v, nb, ihc, ihz0, ihz1, 0)
+        _sections_block(v, nb, post, poz0, poz1, 0)
         if keep_u:
             _flush(ubuf, v, ucol, 0, n0, nb)
         # modulation band-passes, band by band
@@ -147,16 +148,7 @@ def _king_item(
             for t in range(nb):
                 for c in range(P):
                     y[t, c] = v[t, c]
-            for s in range(S):
-                b0, b1, b2 = bank[s, 0, m], bank[s, 1, m], bank[s, 2, m]
-                a1, a2 = bank[s, 4, m], bank[s, 5, m]
-                for t in range(nb):
-                    for c in range(P):
-                        w = y[t, c]
-                        out = b0 * w + bz0[s, m, c]
-                        bz0[s, m, c] = b1 * w - a1 * out + bz1[s, m, c]
-                        bz1[s, m, c] = b2 * w - a2 * out
-                        y[t, c] = out
+            _sections_block(y, nb, bank, bz0, bz1, m)
             if keep_u and pim[m]:
                 for t in range(nb):
                     sg = 1.0 - 2.0 * ((n0 + t) & 1)
@@ -249,18 +241,18 @@ class KingPooledPlan:
             self.knee, self.coef = 0.0, 1.0
 
         def sos(t: torch.Tensor) -> np.ndarray:
-            return t.detach().cpu().numpy().astype(np.float64).reshape(-1, 6)
+            return t.detach().cpu().numpy().astype(np.float64).reshape(1, -1, 6)
 
         self.ihc = sos(model.ihc.sos)
         post = [sos(model.adaptation_filter.sos)]
         if model.lp150_filter is not None:
             post.append(sos(model.lp150_filter.sos))
-        self.post = np.ascontiguousarray(np.concatenate(post))
+        self.post = np.ascontiguousarray(np.concatenate(post, axis=1))
         bank = model.modulation_filterbank.sos.detach().cpu().numpy().astype(np.float64)
         M = bank.shape[0]
         self.M = M
-        # (S, 6, M): section s of band m
-        self.bank = np.ascontiguousarray(bank.transpose(1, 2, 0))
+        # (M, S, 6): section s of band m
+        self.bank = np.ascontiguousarray(bank)
         # buffer lane m * P + c -> row c * M + m of the (C * M, T) sample output (-1:
         # padding lane)
         m_, c_ = np.divmod(np.arange(M * P), P)
@@ -273,13 +265,13 @@ class KingPooledPlan:
 
     def initial_state(self, B: int) -> dict[str, np.ndarray]:
         """Zero states for ``B`` items."""
-        P, S = self.P, self.bank.shape[0]
+        P, S = self.P, self.bank.shape[1]
         return {
             "gre": np.zeros((B, self.K, P)),
             "gim": np.zeros((B, self.K, P)),
-            "ihc": np.zeros((B, 2, self.ihc.shape[0], P)),
-            "post": np.zeros((B, 2, self.post.shape[0], P)),
-            "bank": np.zeros((B, 2, S, self.M, P)),
+            "ihc": np.zeros((B, 2, 1, self.ihc.shape[1], P)),
+            "post": np.zeros((B, 2, 1, self.post.shape[1], P)),
+            "bank": np.zeros((B, 2, self.M, S, P)),
         }
 
 
@@ -337,7 +329,7 @@ def king_samples(
         raise ValueError(f"out must be contiguous {(B, plan.C, plan.M, T)}, got {tuple(out.shape)}")
     p = plan
     bands = sorted(pi_bands or [])
-    maps = {m: periodic_state_maps(np.ascontiguousarray(p.bank[:, :, m]), T) for m in bands}
+    maps = {m: periodic_state_maps(p.bank[m], T) for m in bands}
     lin = [m for m in bands if maps[m][2] < _DIRECT_ABOVE]
     direct = [m for m in bands if m not in lin]
     xn = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
@@ -386,7 +378,8 @@ def _band_rows(plan: KingPooledPlan, m: int) -> np.ndarray:
 # which H commutes with; the wrap-around term's DFT is C (I - w A)^-1 s_N, the
 # z-transform of the zero-input response from s_N). So one Hilbert transform per
 # channel (two real FFTs) and a band-pass pass over it replace two real FFTs per band;
-# the G_j (2 per section and band) are shared by every channel and item. By Parseval
+# the G_j (2 per section and band, one inverse FFT per section: the z1 one is the z0 one
+# a sample later) are shared by every channel and item. By Parseval
 # sum(H{b}^2) = sum(b^2) - (sum(b)^2 + [N even] sum((-1)^n b)^2) / N, so the rms
 # matching is known before the envelopes are formed.
 
@@ -437,7 +430,7 @@ def _wrap_spectra(bank, bands, wr, wi, spec):  # pragma: no cover - compiled
     # pairs (spec (rows, K, 2)): the DFT of H{zero-input response from z0_s = 1}; that
     # from z1_s = 1 is w times it (the same sequence one sample later, circularly).
     # Real arithmetic, vectorised over k; DC and Nyquist are set by the caller
-    S = bank.shape[0]
+    S = bank.shape[1]
     K = wr.shape[0]
     tr = np.empty(K)
     ti = np.empty(K)
@@ -447,8 +440,7 @@ def _wrap_spectra(bank, bands, wr, wi, spec):  # pragma: no cover - compiled
             tr[k] = 0.0  # tail = -i
             ti[k] = -1.0
         for s in range(S - 1, -1, -1):
-            b0, b1, b2 = bank[s, 0, m], bank[s, 1, m], bank[s, 2, m]
-            a1, a2 = bank[s, 4, m], bank[s, 5, m]
+            b0, b1, b2, _, a1, a2 = bank[m, s]
             r = i * S + s
             for k in range(K):
                 xr = wr[k]
@@ -474,7 +466,7 @@ def wrap_basis(plan: KingPooledPlan, bands: list[int], N: int) -> torch.Tensor:
     Hilbert transforms of the zero-input responses of each band's section states (one
     batched inverse real FFT). float64 whatever the model dtype: the section states of
     a narrow band-pass are up to ~500 times its output, and their terms cancel."""
-    S = plan.bank.shape[0]
+    S = plan.bank.shape[1]
     ang = np.arange(N // 2 + 1) * (-2.0 * np.pi / N)
     spec = np.empty((len(bands) * S, N // 2 + 1), np.complex128)
     _wrap_spectra(
@@ -505,23 +497,6 @@ def _gather(src, v, kcol, n0, t):  # pragma: no cover - compiled
                 v[s, j] = 0.0
 
 
-@njit(inline="always", **_F)
-def _band_sections(v, nb, bank, m, z0, z1):  # pragma: no cover - compiled
-    # the sections of band m (bank (S, 6, M)) on the block v (TB, P) in place; states
-    # z0/z1 (S, P)
-    P = v.shape[1]
-    for s in range(bank.shape[0]):
-        b0, b1, b2 = bank[s, 0, m], bank[s, 1, m], bank[s, 2, m]
-        a1, a2 = bank[s, 4, m], bank[s, 5, m]
-        for t in range(nb):
-            for c in range(P):
-                w = v[t, c]
-                out = b0 * w + z0[s, c]
-                z0[s, c] = b1 * w - a1 * out + z1[s, c]
-                z1[s, c] = b2 * w - a2 * out
-                v[t, c] = out
-
-
 @njit(**_F)
 def _envelope_item(
     rows, ucol, hrows, hcol, kb, bands, bank, Q, L, zf0, zf1, gam, gain, tc
@@ -529,17 +504,18 @@ def _envelope_item(
     # rows (C * M, T): an item's band outputs; u (the band-pass input) in rows ucol[c],
     # H{u} in hrows[hcol[c]]. Band bands[i] is written to rows kb[i, c] as
     # gain[i, c] |b + i H{b}| (gain in the dtype of rows), b = F(u) from rest and
-    # H{b} = F_circ(H{u}) - sum_j s_N[j] G_j (zf0/zf1 (S, M, P): final section states
+    # H{b} = F_circ(H{u}) - sum_j s_N[j] G_j (zf0/zf1 (M, S, P): final section states
     # of the first pass; gam (len(bands), S, T): wrap_basis; Q (len(bands), 2S, 2S) and
     # L: periodic_state_maps). u and H{u} of a block are read before any row is written
     T = rows.shape[1]
-    S = bank.shape[0]
+    S = bank.shape[1]
     P = zf0.shape[2]
     nband = bands.shape[0]
-    z0 = np.zeros((nband, S, P))  # F_circ(H{u})
-    z1 = np.zeros((nband, S, P))
-    w0 = np.zeros((nband, S, P))  # F(u)
-    w1 = np.zeros((nband, S, P))
+    M = bank.shape[0]
+    z0 = np.zeros((M, S, P))  # F_circ(H{u}) of band m
+    z1 = np.zeros((M, S, P))
+    w0 = np.zeros((M, S, P))  # F(u)
+    w1 = np.zeros((M, S, P))
     ub = np.empty((tc, P))
     hb = np.empty((tc, P))
     yb = np.empty((tc, P))
@@ -552,19 +528,19 @@ def _envelope_item(
         for n0 in range(T - L[i], T, tc):
             nb = min(tc, T - n0)
             _gather(hrows, hb, hcol, n0, nb)
-            _band_sections(hb, nb, bank, m, z0[i], z1[i])
+            _sections_block(hb, nb, bank, z0, z1, m)
         for c in range(P):
             for s in range(S):
-                vec[2 * s] = z0[i, s, c]
-                vec[2 * s + 1] = z1[i, s, c]
+                vec[2 * s] = z0[m, s, c]
+                vec[2 * s + 1] = z1[m, s, c]
             for s in range(S):
                 a = 0.0
                 b = 0.0
                 for j in range(2 * S):
                     a += Q[i, 2 * s, j] * vec[j]
                     b += Q[i, 2 * s + 1, j] * vec[j]
-                z0[i, s, c] = a
-                z1[i, s, c] = b
+                z0[m, s, c] = a
+                z1[m, s, c] = b
     for n0 in range(0, T, tc):
         nb = min(tc, T - n0)
         _gather(rows, ub, ucol, n0, nb)
@@ -575,15 +551,15 @@ def _envelope_item(
                 for c in range(P):
                     yb[t, c] = hb[t, c]
                     bb[t, c] = ub[t, c]
-            _band_sections(yb, nb, bank, m, z0[i], z1[i])
-            _band_sections(bb, nb, bank, m, w0[i], w1[i])
+            _sections_block(yb, nb, bank, z0, z1, m)
+            _sections_block(bb, nb, bank, w0, w1, m)
             for s in range(S):
                 for t in range(nb):
                     n = n0 + t
                     g0 = np.float64(gam[i, s, n])
                     g1 = np.float64(gam[i, s, n - 1 if n > 0 else T - 1])
                     for c in range(P):
-                        yb[t, c] -= zf0[s, m, c] * g0 + zf1[s, m, c] * g1
+                        yb[t, c] -= zf0[m, s, c] * g0 + zf1[m, s, c] * g1
             for t in range(nb):
                 for c in range(P):
                     b = bb[t, c]
@@ -626,14 +602,15 @@ def _hilbert_envelopes_(
     """Second pass of :func:`king_samples` for the bands ``bands`` of ``out (B, C, M,
     N)``, whose rows of band ``bands[0]`` hold the band-pass inputs ``u``: ``H{u}`` (into
     the rows of ``bands[1]``, or a new array for a single band), then the envelopes,
-    given the final band-pass states ``zf (B, 2, S, M, P)``, the sums ``pis (B, 3, M,
+    given the final band-pass states ``zf (B, 2, M, S, P)``, the sums ``pis (B, 3, M,
     P)`` of the first pass and ``maps`` (:func:`periodic_state_maps` per band)."""
     from ..functional.king2019_modulation import hilbert_rows_
 
     B, C, M, N = out.shape
     per_band = out.view(B * C, M, N)
+    rows = out.view(B, C * M, N)
     if len(bands) > 1:
-        hrows, hcol = out.view(B, C * M, N), _band_rows(plan, bands[1])
+        hrows, hcol = rows, _band_rows(plan, bands[1])
         hilbert_rows_(per_band[:, bands[0]], per_band[:, bands[1]])
     else:
         hu = torch.empty((B, C, N), dtype=out.dtype)
@@ -649,10 +626,9 @@ def _hilbert_envelopes_(
     den = sb + np.maximum(sh, 0.0)
     gain = np.where(den > 0.0, np.sqrt(sb / np.where(den > 0.0, den, 1.0)), 0.0)
     kb = np.ascontiguousarray(plan.kcol.reshape(M, plan.P)[lin_a])
-    rows = out.view(B, C * M, N).numpy()
     _envelope_batch(
-        rows, _band_rows(plan, bands[0]), hrows.numpy(), hcol, kb, lin_a, plan.bank,
-        Q, L, zf, gam.numpy(), np.ascontiguousarray(gain, rows.dtype), _WRITE_BLOCK,
+        rows.numpy(), _band_rows(plan, bands[0]), hrows.numpy(), hcol, kb, lin_a, plan.bank,
+        Q, L, zf, gam.numpy(), np.ascontiguousarray(gain, out.numpy().dtype), _WRITE_BLOCK,
     )  # fmt: skip
 
 
