@@ -257,15 +257,34 @@ def overshoot_limit(q, m, aq):  # pragma: no cover - compiled
 
 
 @njit(inline="always", **KERNEL_OPTS)
+def overshoot_limit32_(v, j, aq, mm32, t32):  # pragma: no cover - compiled
+    # overshoot_limit of loop j on the lanes of v (W,) in place where they exceed 1, its
+    # correction m (1 - e) / (1 + e), e = exp(-2 (q - 1) / m), in float32 (mm32, aq: (J, W)
+    # limits and -2 / limits; scratch t32 (W,) float32; absolute error < 1e-6 on a value
+    # >= 1): three loops over the lanes, the middle one pure float32 (twice the lanes of
+    # float64 per vector)
+    f1 = np.float32(1.0)
+    for k in range(v.shape[0]):
+        z = np.float32((v[k] - 1.0) * aq[j, k])
+        z = z if z > np.float32(-37.5) else np.float32(-37.5)
+        t32[k] = z if z < np.float32(0.0) else np.float32(0.0)
+    for k in range(v.shape[0]):
+        e = exp32_nonpos_inline(t32[k])
+        t32[k] = mm32[j, k] * (f1 - e) / (f1 + e)
+    for k in range(v.shape[0]):
+        q = v[k]
+        lim = 1.0 + np.float64(t32[k])
+        v[k] = lim if q > 1.0 else q
+
+
+@njit(inline="always", **KERNEL_OPTS)
 def adaptation_loops_lanes(v, st, aa, ab, mm, aq, use_limit, fast, mm32, t32):  # pragma: no cover
     # one sample through the J adaptation loops on the lanes of v (in place): divide by
     # the loop state, the overshoot limiter where the quotient exceeds 1 (evaluated only
     # when some lane needs it: the first loops almost never do), state update. st, aa,
-    # ab, mm (limit), aq (-2 / limit): (J, W). fast: the limiter's correction
-    # m (1 - e) / (1 + e), e = exp(-2 (q - 1) / m), in float32 (mm32, scratch t32 (W,)
-    # float32; absolute error < 1e-6 on a value >= 1), else float64 (overshoot_limit)
+    # ab, mm (limit), aq (-2 / limit): (J, W). fast: the limiter's correction in float32
+    # (overshoot_limit32_: mm32, scratch t32), else float64 (overshoot_limit)
     W = v.shape[0]
-    f1 = np.float32(1.0)
     for j in range(st.shape[0]):
         hits = False
         for k in range(W):
@@ -274,17 +293,7 @@ def adaptation_loops_lanes(v, st, aa, ab, mm, aq, use_limit, fast, mm32, t32):  
             hits |= q > 1.0
         if use_limit and hits:
             if fast:
-                for k in range(W):
-                    z = np.float32((v[k] - 1.0) * aq[j, k])
-                    z = z if z > np.float32(-37.5) else np.float32(-37.5)
-                    t32[k] = z if z < np.float32(0.0) else np.float32(0.0)
-                for k in range(W):  # pure float32: 8 lanes per vector
-                    e = exp32_nonpos_inline(t32[k])
-                    t32[k] = mm32[j, k] * (f1 - e) / (f1 + e)
-                for k in range(W):
-                    q = v[k]
-                    lim = 1.0 + np.float64(t32[k])
-                    v[k] = lim if q > 1.0 else q
+                overshoot_limit32_(v, j, aq, mm32, t32)
             else:
                 for k in range(W):
                     q = v[k]

@@ -48,10 +48,9 @@ import torch
 from numba import njit, prange
 
 from . import _alloc, paulick_simd
-from .cpu import _threads
+from .cpu import _threads, overshoot_limit32_
 from .fastmath import (
     denormals_off,
-    exp32_nonpos_inline,
     f64_from_bits,
     prefer_wide_vectors,
     restore_fp_mode,
@@ -250,9 +249,8 @@ def _adapt_step(v, a, m, r, s, minlvl, use_limit, c0, sc, fast, m32, t32):  # pr
     # channel as the sample-major reference, vectorisable over the channels; r = -2 / m.
     # The overshoot limiter (an exp and a division per channel) only changes values above
     # 1: its pass runs only for the loops where some channel exceeds 1 at this sample.
-    # fast (float32 output): the limiter's correction m (1 - e) / (1 + e) is evaluated in
-    # float32 (absolute error < 1e-6 on a value >= 1; states stay float64), as in
-    # :mod:`lhotse_amt.kernels.casp`
+    # fast (float32 output): the limiter's correction in float32 (states stay float64),
+    # cpu.overshoot_limit32_ as in :mod:`lhotse_amt.kernels.casp`
     J = a.shape[0]
     C = v.shape[0]
     for k in range(C):
@@ -266,17 +264,7 @@ def _adapt_step(v, a, m, r, s, minlvl, use_limit, c0, sc, fast, m32, t32):  # pr
                 n_over += 1
         if use_limit and n_over > 0:
             if fast:
-                for k in range(C):
-                    t = np.float32((v[k] - 1.0) * r[j, k])
-                    t = t if t > np.float32(-37.5) else np.float32(-37.5)
-                    t32[k] = t if t < np.float32(0.0) else np.float32(0.0)
-                for k in range(C):  # pure float32: 8 SIMD lanes
-                    e = exp32_nonpos_inline(t32[k])
-                    t32[k] = m32[j, k] * (np.float32(1.0) - e) / (np.float32(1.0) + e)
-                for k in range(C):
-                    x = v[k]
-                    lim = 1.0 + np.float64(t32[k])
-                    v[k] = lim if x > 1.0 else x
+                overshoot_limit32_(v, j, r, m32, t32)
             else:
                 for k in range(C):
                     x = v[k]
