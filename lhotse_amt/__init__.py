@@ -9,12 +9,19 @@ is already set: the sample-rate outputs of the models are hundreds of MB, and fa
 them in 2-MB pages instead of 4-kB ones cuts the kernel's share of their cost by about
 five times. PyTorch reads the setting at its first large allocation; set
 ``THP_MEM_ALLOC_ENABLE=0`` to keep the default.
+
+The models' large CPU outputs (16 MB and more) come from a host cache that keeps the
+memory of freed outputs for the next call, like PyTorch's CUDA caching allocator: a
+second forward of the same size faults in no fresh pages. It holds at most
+:func:`host_cache_limit` bytes (a quarter of the physical memory, or
+``LHOTSE_AMT_HOST_CACHE_MB``; 0 turns it off); :func:`empty_host_cache` releases it.
 """
 
 import os
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
+from ._alloc import empty_host_cache, host_cache_bytes, host_cache_limit
 from .features import (
     AuditoryConfig,
     AuditoryExtractor,
@@ -62,6 +69,9 @@ __all__ = [
     "IHCPaulick2024",
     "__version__",
     "worker_init_fn",
+    "empty_host_cache",
+    "host_cache_bytes",
+    "host_cache_limit",
 ]
 __all__ += [
     "Glasberg2002",

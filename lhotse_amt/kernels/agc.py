@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from numba import njit
 
-from . import _alloc
+from .. import _alloc
 from .fastmath import denormals_off, prefer_wide_vectors, restore_fp_mode
 
 __all__ = ["agc_numba", "agc_numba_cols", "agc_numba_state", "agc_triton", "HAS_TRITON"]

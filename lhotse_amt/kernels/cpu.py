@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from . import _alloc
+from .. import _alloc
 from .fastmath import (
     KERNEL_OPTS,
     assume_distinct_arrays,

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from .. import _alloc
 from .casp import _F, _WRITE_BLOCK, _flush, _pad8
 from .cpu import _threads
 from .fastmath import denormals_off, pow_pos_inline, restore_fp_mode
@@ -613,7 +614,7 @@ def _hilbert_envelopes_(
         hrows, hcol = rows, _band_rows(plan, bands[1])
         hilbert_rows_(per_band[:, bands[0]], per_band[:, bands[1]])
     else:
-        hu = torch.empty((B, C, N), dtype=out.dtype)
+        hu = _alloc.empty_tensor((B, C, N), out.dtype)
         hrows, hcol = hu, plan.ucol
         hilbert_rows_(per_band[:, bands[0]], hu.view(B * C, N))
     lin_a = np.asarray(bands, np.int64)

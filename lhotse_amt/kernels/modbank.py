@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from . import _alloc
+from .. import _alloc
 from .cpu import _np, _threads
 from .fastmath import assume_distinct_arrays, denormals_off, prefer_wide_vectors, restore_fp_mode
 

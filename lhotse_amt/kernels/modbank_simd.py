@@ -36,7 +36,7 @@ from numba import literally, njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from . import _alloc
+from .. import _alloc
 from .cpu import _np, _threads
 from .fastmath import denormals_off, restore_fp_mode
 from .paulick_simd import _call_literal, _lits

@@ -47,7 +47,8 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from . import _alloc, paulick_simd
+from .. import _alloc
+from . import paulick_simd
 from .cpu import _threads, overshoot_limit32_
 from .fastmath import (
     denormals_off,

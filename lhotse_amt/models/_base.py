@@ -77,6 +77,7 @@ class StreamingModel(nn.Module):
         per-channel outputs ``(B, M_c, T')`` (views of one tensor that holds only the
         bands each channel has), or ``None`` where the kernel does not apply (not on the
         CPU, or a filter type it does not run)."""
+        from .. import _alloc
         from ..kernels import casp
 
         if x.device.type != "cpu" or not casp.fused_supported(self):
@@ -87,7 +88,7 @@ class StreamingModel(nn.Module):
             u = front(x[b : b + 1])
             if out is None:
                 rows = int(plan.n_bands.sum())
-                out = torch.empty((x.shape[0], rows, u.shape[-1]), dtype=self.dtype)
+                out = _alloc.empty_tensor((x.shape[0], rows, u.shape[-1]), self.dtype)
             casp.casp_samples(plan, u, out[b : b + 1])
         assert out is not None
         return list(out.split(plan.n_bands.tolist(), dim=1))

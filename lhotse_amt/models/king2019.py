@@ -251,6 +251,7 @@ class King2019(StreamingModel):
             or self.ihc.sos.dim() != 2
         ):
             return None
+        from .. import _alloc
         from ..kernels import king2019 as kk
 
         def make(m64: torch.nn.Module, precise: bool) -> kk.KingPooledPlan:
@@ -258,7 +259,7 @@ class King2019(StreamingModel):
             return kk.KingPooledPlan(m64, np.ones(M), np.zeros(M, bool), precise)
 
         plan = self._kernel_plan("king2019", make)
-        y = torch.empty((x.shape[0], plan.C, plan.M, x.shape[-1]), dtype=self.dtype)
+        y = _alloc.empty_tensor((x.shape[0], plan.C, plan.M, x.shape[-1]), self.dtype)
         kk.king_samples(plan, x, y, self._pi_bands())
         return y
 

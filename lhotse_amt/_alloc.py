@@ -1,0 +1,181 @@
+"""Output arrays of the CPU kernels, and the host cache that recycles the large ones.
+
+The sample-rate outputs of the models are hundreds of MB (King2019, 10 s at 44.1 kHz:
+273 MB per item; Osses2021: 0.5 GB). They are allocated by PyTorch's CPU allocator, so
+they take its huge-page setting (``THP_MEM_ALLOC_ENABLE``, which the package turns on by
+default), are 64-byte aligned, and ``torch.from_numpy`` of the result shares the memory.
+
+Arrays of ``_CACHE_MIN_BYTES`` and more come from a host cache, the CPU counterpart of
+PyTorch's CUDA caching allocator: when the last tensor or array viewing such a block is
+freed, the block goes back to the cache instead of to the operating system, and the next
+request of about the same size reuses its pages. A fresh block costs the kernel a page
+fault and a page zeroing per page on its first write (0.16 s per GB on the development
+machine), and on virtual machines that report free memory to their host (virtio-balloon
+free page reporting) a block freed for more than about 2 s is handed back to the host and
+costs ten times that again (1.4–2.1 s per GB, ``benchmarks/bench_fresh_memory.py``): a
+batch-8 forward of Osses2021 at 44.1 kHz spent as much time in such faults as in its
+kernels. The cache holds at most ``host_cache_limit()`` bytes of freed blocks (a quarter
+of the physical memory, or ``LHOTSE_AMT_HOST_CACHE_MB``; 0 turns the cache off), evicting
+the least recently freed; :func:`empty_host_cache` hands them all back. Blocks in use are
+never shared: a block returns to the cache only when nothing views it any more.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections import OrderedDict
+
+import numpy as np
+import torch
+
+__all__ = [
+    "empty",
+    "empty_like",
+    "empty_tensor",
+    "empty_host_cache",
+    "host_cache_bytes",
+    "host_cache_limit",
+]
+
+_TORCH_DTYPES = {
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float64): torch.float64,
+    np.dtype(np.complex64): torch.complex64,
+    np.dtype(np.complex128): torch.complex128,
+}
+
+_CACHE_MIN_BYTES = 16 << 20  # smaller arrays come straight from PyTorch's allocator
+_GRAIN = 2 << 20  # block sizes are multiples of one huge page
+_SLACK = 0.25  # a cached block serves requests down to 1 / (1 + _SLACK) of its size
+
+
+def host_cache_limit() -> int:
+    """Most bytes of freed blocks the host cache keeps (``LHOTSE_AMT_HOST_CACHE_MB``,
+    default a quarter of the physical memory; 0 turns the cache off)."""
+    env = os.environ.get("LHOTSE_AMT_HOST_CACHE_MB")
+    if env is not None and env.strip() != "":
+        try:
+            mb = float(env)
+        except ValueError:
+            raise ValueError(
+                f"LHOTSE_AMT_HOST_CACHE_MB must be a number of MB, got {env!r}"
+            ) from None
+        return max(0, int(mb * 2**20))
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    except (ValueError, OSError, AttributeError):
+        return 4 << 30
+
+
+class _HostCache:
+    """Freed blocks (``torch.uint8`` tensors of ``_GRAIN``-multiple sizes), least
+    recently freed first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # a lease can be finalised inside a locked section
+        self._free: OrderedDict[int, torch.Tensor] = OrderedDict()
+        self._bytes = 0
+        self._lease_types: dict[int, type] = {}
+
+    def take(self, nbytes: int) -> torch.Tensor:
+        """A block of at least ``nbytes``: the smallest cached one that fits within the
+        slack, else a fresh one from PyTorch's allocator."""
+        size = -(-nbytes // _GRAIN) * _GRAIN
+        with self._lock:
+            best = None
+            for key, block in self._free.items():
+                n = block.numel()
+                if size <= n <= size * (1 + _SLACK) and (best is None or n < best[1]):
+                    best = (key, n)
+            if best is not None:
+                self._bytes -= best[1]
+                return self._free.pop(best[0])
+        return torch.empty(size, dtype=torch.uint8)
+
+    def give(self, block: torch.Tensor) -> None:
+        """Return ``block`` to the cache (called when its lease is finalised)."""
+        limit = host_cache_limit()
+        with self._lock:
+            if block.numel() > limit:
+                return
+            self._free[id(block)] = block
+            self._bytes += block.numel()
+            while self._bytes > limit:
+                _, old = self._free.popitem(last=False)
+                self._bytes -= old.numel()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._free.clear()
+            self._bytes = 0
+
+    def lease(self, block: torch.Tensor) -> ctypes.Array:
+        """A buffer object over ``block`` that gives the block back when it is freed:
+        numpy arrays made from it (and their views, and tensors sharing their memory)
+        hold a reference to it."""
+        n = block.numel()
+        with self._lock:
+            cls = self._lease_types.get(n)
+            if cls is None:
+                cls = type(
+                    "_HostLease",
+                    (ctypes.Array,),
+                    {"_type_": ctypes.c_char, "_length_": n, "__del__": _release},
+                )
+                self._lease_types[n] = cls
+        lease = cls.from_address(block.data_ptr())
+        lease._block = block
+        return lease
+
+
+def _release(lease: ctypes.Array) -> None:
+    """Finaliser of a lease: its block goes back to the cache."""
+    block = lease.__dict__.pop("_block", None)
+    if block is not None and _CACHE is not None:
+        try:
+            _CACHE.give(block)
+        except Exception:  # interpreter shutdown: the block is simply freed
+            pass
+
+
+_CACHE: _HostCache | None = _HostCache()
+
+
+def empty(shape: tuple[int, ...], dtype: np.dtype | type = np.float64) -> np.ndarray:
+    """Uninitialised C-contiguous numpy array of ``shape`` and ``dtype`` (64-byte
+    aligned); from the host cache when it is ``_CACHE_MIN_BYTES`` or more."""
+    shape = tuple(int(n) for n in shape)
+    dt = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    nbytes = count * dt.itemsize
+    if nbytes < _CACHE_MIN_BYTES or _CACHE is None or host_cache_limit() == 0:
+        return torch.empty(shape, dtype=_TORCH_DTYPES[dt]).numpy()
+    lease = _CACHE.lease(_CACHE.take(nbytes))
+    return np.frombuffer(lease, dtype=dt, count=count).reshape(shape)
+
+
+def empty_like(a: np.ndarray) -> np.ndarray:
+    """:func:`empty` with the shape and dtype of ``a``."""
+    return empty(a.shape, a.dtype)
+
+
+_NUMPY_DTYPES = {v: k for k, v in _TORCH_DTYPES.items()}
+
+
+def empty_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """:func:`empty` as a CPU tensor of ``dtype`` (sharing the array's memory)."""
+    return torch.from_numpy(empty(shape, _NUMPY_DTYPES[dtype]))
+
+
+def empty_host_cache() -> None:
+    """Hand every freed block in the host cache back to the operating system (like
+    ``torch.cuda.empty_cache`` for the CUDA caching allocator)."""
+    if _CACHE is not None:
+        _CACHE.clear()
+
+
+def host_cache_bytes() -> int:
+    """Bytes of freed blocks the host cache holds now."""
+    return 0 if _CACHE is None else _CACHE._bytes
