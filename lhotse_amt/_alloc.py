@@ -14,10 +14,13 @@ machine), and on virtual machines that report free memory to their host (virtio-
 free page reporting) a block freed for more than about 2 s is handed back to the host and
 costs ten times that again (1.4–2.1 s per GB, ``benchmarks/bench_fresh_memory.py``): a
 batch-8 forward of Osses2021 at 44.1 kHz spent as much time in such faults as in its
-kernels. The cache holds at most ``host_cache_limit()`` bytes of freed blocks (a quarter
-of the physical memory, or ``LHOTSE_AMT_HOST_CACHE_MB``; 0 turns the cache off), evicting
-the least recently freed; :func:`empty_host_cache` hands them all back. Blocks in use are
-never shared: a block returns to the cache only when nothing views it any more.
+kernels. A block serves requests from its size down to 1 / 1.25 of it; a request that
+no cached block serves releases the whole cache before it allocates (the sizes in use
+have changed), so the cache holds only blocks of the sizes the current calls use. It
+holds at most ``host_cache_limit()`` bytes of freed blocks (a quarter of the physical
+memory, or ``LHOTSE_AMT_HOST_CACHE_MB``; 0 turns the cache off), evicting the least
+recently freed; :func:`empty_host_cache` hands them all back. Blocks in use are never
+shared: a block returns to the cache only when nothing views it any more.
 """
 
 from __future__ import annotations
@@ -81,7 +84,9 @@ class _HostCache:
 
     def take(self, nbytes: int) -> torch.Tensor:
         """A block of at least ``nbytes``: the smallest cached one that fits within the
-        slack, else a fresh one from PyTorch's allocator."""
+        slack, else a fresh one from PyTorch's allocator. A request the cache cannot
+        serve releases every cached block first: the sizes in use have changed, and the
+        process should not hold memory for sizes it no longer asks for."""
         size = -(-nbytes // _GRAIN) * _GRAIN
         with self._lock:
             best = None
@@ -92,6 +97,8 @@ class _HostCache:
             if best is not None:
                 self._bytes -= best[1]
                 return self._free.pop(best[0])
+            self._free.clear()
+            self._bytes = 0
         return torch.empty(size, dtype=torch.uint8)
 
     def give(self, block: torch.Tensor) -> None:

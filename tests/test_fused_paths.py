@@ -334,3 +334,28 @@ def test_king_wrap_basis_identity() -> None:
             h -= zf[s, 0] * G[s] + zf[s, 1] * np.roll(G[s], 1)
         ref = hilbert_transform(torch.from_numpy(b)).numpy()
         assert np.abs(h - ref).max() <= 1e-9 * np.abs(ref).max()
+
+
+def test_king_length_terms_reused_per_length(monkeypatch) -> None:
+    """The wrap-around basis and periodic-state maps are computed once per signal length
+    and band set (the last one is kept): a repeated length reuses them and gives the
+    same bits, a new length recomputes them and matches a fresh model."""
+    from lhotse_amt.kernels import king2019 as kk
+
+    calls = []
+    basis = kk.wrap_basis
+    monkeypatch.setattr(kk, "wrap_basis", lambda *a: calls.append(a[2]) or basis(*a))
+    model = King2019(FS, flow=1000.0, fhigh=3000.0, dtype=torch.float64)
+    xa = torch.from_numpy(_signal(1.0)[None]).double()
+    xb = torch.from_numpy(_signal(1.5, seed=2)[None]).double()
+    with torch.no_grad():
+        a1 = model(xa)
+        a2 = model(xa)
+        assert calls == [xa.shape[-1]]
+        b1 = model(xb)
+        assert calls == [xa.shape[-1], xb.shape[-1]]
+        a3 = model(xa)
+        fresh = King2019(FS, flow=1000.0, fhigh=3000.0, dtype=torch.float64)(xb)
+    assert torch.equal(a1, a2) and torch.equal(a1, a3)
+    assert torch.equal(b1, fresh)
+    assert len(calls) == 4  # xa again after xb: recomputed (only the last length is kept)
