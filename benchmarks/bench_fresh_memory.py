@@ -6,8 +6,10 @@ the cost lands in system time. This script touches a fresh tensor of that size t
 right after an equal tensor was freed, and after the freed memory sat idle for a few
 seconds. On a VM whose kernel reports free pages to the host (virtio-balloon free page
 reporting; see ``page_reporting`` on the kernel command line) the second case pays the
-host's page faults again, which is where the batch-8 forward's extra system time comes
-from; on other machines both cases cost about the same.
+host's page faults again, which is where the batch-8 forward's extra system time came
+from before the package's host cache (``lhotse_amt._alloc``) kept freed outputs for the
+next call; on other machines both cases cost about the same. The tensors here come from
+PyTorch's allocator directly, not from the host cache.
 
     python benchmarks/bench_fresh_memory.py [--gb 0.5 4] [--idle 5]
 """
