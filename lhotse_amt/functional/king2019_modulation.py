@@ -27,6 +27,7 @@ import scipy.signal
 import torch
 from torch import Tensor
 
+from .. import _alloc
 from .iir import lti_filter, resolve_backend, sosfilt
 
 __all__ = [
@@ -264,7 +265,7 @@ def _block_buffers(rows: int, width: int, T: int, dtype: torch.dtype) -> tuple[i
     """Rows per FFT block (about ``_PI_BLOCK_SAMPLES`` samples) and its spectrum buffer."""
     per = min(rows, max(1, _PI_BLOCK_SAMPLES // max(T * width, 1)))
     cdtype = torch.complex64 if dtype == torch.float32 else torch.complex128
-    return per, torch.empty((per, width, T // 2 + 1), dtype=cdtype)
+    return per, _alloc.empty_tensor((per, width, T // 2 + 1), cdtype)
 
 
 def hilbert_rows_(x: Tensor, out: Tensor | None = None) -> None:
@@ -304,7 +305,7 @@ def _phase_insensitivity_cpu_(x: Tensor, bands: list[int]) -> None:
             runs.append([m])
     width = max(len(r) for r in runs)
     per, spec_buf = _block_buffers(xt.shape[0], width, T, x.dtype)
-    hil_buf = torch.empty(per * width * T, dtype=x.dtype)
+    hil_buf = _alloc.empty_tensor((per * width * T,), x.dtype)
     for run in runs:
         k = len(run)
         spec = spec_buf.view(-1)[: per * k * (T // 2 + 1)].view(per, k, T // 2 + 1)

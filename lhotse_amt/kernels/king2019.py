@@ -355,7 +355,8 @@ def king_samples(
     bands = sorted(pi_bands or [])
     maps, lin, gam = p.periodic_terms(bands, T)
     direct = [m for m in bands if m not in lin]
-    xn = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
+    xn = _alloc.empty((B, T), np.float64)
+    xn[...] = x.detach().cpu().numpy()
     st = plan.initial_state(B)
     rows = out.view(B, p.C * p.M, T)
     kcol = p.kcol.copy()
