@@ -150,6 +150,16 @@ def _release(lease: ctypes.Array) -> None:
 _CACHE: _HostCache | None = _HostCache()
 
 
+def _after_fork_in_child() -> None:
+    # a lock held by another thread at fork time would stay held in the child
+    if _CACHE is not None:
+        _CACHE._lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def empty(shape: tuple[int, ...], dtype: np.dtype | type = np.float64) -> np.ndarray:
     """Uninitialised C-contiguous numpy array of ``shape`` and ``dtype`` (64-byte
     aligned); from the host cache when it is ``_CACHE_MIN_BYTES`` or more."""

@@ -144,3 +144,38 @@ def test_model_forward_reuses_its_output_memory(model):
         assert lhotse_amt.host_cache_bytes() == 0  # the freed output served the call
     second = y2 if isinstance(y2, list) else [y2]
     assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_forked_child_can_allocate_while_another_thread_holds_the_lock():
+    import os
+    import signal
+
+    a = _alloc.empty(SHAPE, np.float32)
+    del a  # the child inherits one cached block
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with _alloc._CACHE._lock:
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(30)
+    try:
+        pid = os.fork()
+        if pid == 0:  # child: the holder thread does not exist here
+            signal.alarm(20)  # a deadlock ends the child with SIGALRM
+            try:
+                b = _alloc.empty(SHAPE, np.float32)
+                b[...] = 1.0
+                del b
+                os._exit(0 if lhotse_amt.host_cache_bytes() >= 32 * MB else 1)
+            except BaseException:
+                os._exit(2)
+    finally:
+        release.set()
+        t.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
