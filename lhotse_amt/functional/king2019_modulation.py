@@ -241,7 +241,13 @@ def _rms_ratio(x: Tensor, env: Tensor) -> Tensor:
     return torch.where(re > 0, rx / torch.where(re > 0, re, torch.ones_like(re)), 0.0 * re)
 
 
-def _cpu_inplace_ok(x: Tensor, sel: list[int]) -> bool:
+def phase_insensitive_bands(mfc: Tensor | np.ndarray, cutoff: float) -> list[int]:
+    """Indices of the bands the phase insensitivity turns into envelopes: centre
+    frequency ``mfc[m]`` (Hz) above ``cutoff`` (Hz)."""
+    return [int(m) for m in np.flatnonzero(np.asarray(mfc, dtype=np.float64) > cutoff)]
+
+
+def _cpu_inplace_ok(x: Tensor) -> bool:
     return (
         x.device.type == "cpu"
         and x.dtype in (torch.float32, torch.float64)
@@ -330,14 +336,13 @@ def phase_insensitivity(
     ``inplace=True`` (no autograd) overwrites the selected bands of ``x`` and returns it;
     the envelopes are then computed a few rows at a time, so the temporary FFT buffers
     stay small (tens of MB) whatever the size of ``x``."""
-    mfc = torch.as_tensor(np.asarray(mfc, dtype=np.float64))
-    sel = torch.nonzero(mfc > cutoff).flatten().tolist()
+    sel = phase_insensitive_bands(mfc, cutoff)
     if not sel:
         return x
     if inplace:
         if torch.is_grad_enabled() and x.requires_grad:
             raise ValueError("phase_insensitivity(inplace=True) needs no autograd on x")
-        if _cpu_inplace_ok(x, sel):
+        if _cpu_inplace_ok(x):
             _phase_insensitivity_cpu_(x, sel)
             return x
         T = x.shape[-1]

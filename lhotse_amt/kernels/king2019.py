@@ -654,9 +654,9 @@ def _hilbert_envelopes_(
     sh = sb - (s0 * s0 + (s1 * s1 if N % 2 == 0 else 0.0)) / N
     den = sb + np.maximum(sh, 0.0)
     gain = np.where(den > 0.0, np.sqrt(sb / np.where(den > 0.0, den, 1.0)), 0.0)
-    kb = np.ascontiguousarray(plan.kcol.reshape(M, plan.P)[lin_a])
+    kb = np.ascontiguousarray(plan.kcol.reshape(M, plan.P)[lin_a])  # kb[i]: _band_rows
     _envelope_batch(
-        rows.numpy(), _band_rows(plan, bands[0]), hrows.numpy(), hcol, kb, lin_a, plan.bank,
+        rows.numpy(), kb[0], hrows.numpy(), hcol, kb, lin_a, plan.bank,
         Q, L, zf, gam.numpy(), np.ascontiguousarray(gain, out.numpy().dtype), _WRITE_BLOCK,
     )  # fmt: skip
 

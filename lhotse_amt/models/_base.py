@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .. import _alloc
 from .._validation import as_float_tensor, check_signal
 from ..functional.iir import grad_recorded
 
@@ -77,7 +78,6 @@ class StreamingModel(nn.Module):
         per-channel outputs ``(B, M_c, T')`` (views of one tensor that holds only the
         bands each channel has), or ``None`` where the kernel does not apply (not on the
         CPU, or a filter type it does not run)."""
-        from .. import _alloc
         from ..kernels import casp
 
         if x.device.type != "cpu" or not casp.fused_supported(self):

@@ -43,8 +43,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .. import _alloc
 from ..functional.erb import erb_to_freq, freq_to_erb
-from ..functional.king2019_modulation import phase_insensitivity
+from ..functional.king2019_modulation import phase_insensitive_bands, phase_insensitivity
 from ..functional.resample import rational_factors, resample_poly
 from ..modules import GammatoneFilterbank, IHCEnvelope
 from ..modules.compression import BrokenStickCompression, PowerCompression
@@ -237,7 +238,7 @@ class King2019(StreamingModel):
         """Bands that the phase insensitivity turns into envelopes (``mfc > pi_cutoff``)."""
         if not self.phase_insensitive:
             return []
-        return [int(m) for m in np.flatnonzero(self._mfc_np() > self.pi_cutoff)]
+        return phase_insensitive_bands(self._mfc_np(), self.pi_cutoff)
 
     def _fused_modulation(self, x: Tensor) -> Tensor | None:
         """Phase-insensitive modulation filterbank output ``(B, F, M, T)`` of ``x (B, T)``
@@ -251,7 +252,6 @@ class King2019(StreamingModel):
             or self.ihc.sos.dim() != 2
         ):
             return None
-        from .. import _alloc
         from ..kernels import king2019 as kk
 
         def make(m64: torch.nn.Module, precise: bool) -> kk.KingPooledPlan:
