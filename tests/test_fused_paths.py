@@ -280,19 +280,25 @@ def test_casp_kernel_layout() -> None:
         (2.0, 1.0, ("direct", "linear")),  # 2 Hz band direct (states decay in ~ 4 s)
     ],
 )
-def test_king_phase_insensitivity_routes(seconds, cutoff, routes, monkeypatch) -> None:
+@pytest.mark.parametrize("simd", [True, False])
+def test_king_phase_insensitivity_routes(seconds, cutoff, routes, simd, monkeypatch) -> None:
     """The forward's phase insensitivity (envelopes from H{u}, or per band output where
     the band-pass states do not decay within the signal) equals the stage-wise path's
-    FFT per band output to rounding, in float64 and float32."""
+    FFT per band output to rounding, in float64 and float32; the envelopes by the
+    register kernel (8 channels per vector) and by the channel-vectorised one."""
     from lhotse_amt.functional import king2019_modulation as km
     from lhotse_amt.kernels import king2019 as kk
+    from lhotse_amt.kernels import king2019_simd, modbank_simd
 
+    monkeypatch.setattr(modbank_simd, "ENABLED", simd)
     used = set()
     per_band, envelope = km._phase_insensitivity_cpu_, kk._envelope_batch
     monkeypatch.setattr(
         km, "_phase_insensitivity_cpu_", lambda *a: used.add("direct") or per_band(*a)
     )
-    monkeypatch.setattr(kk, "_envelope_batch", lambda *a: used.add("linear") or envelope(*a))
+    kernel = (king2019_simd, "envelopes") if simd else (kk, "_envelope_batch")
+    orig = getattr(*kernel)
+    monkeypatch.setattr(*kernel, lambda *a: used.add("linear") or orig(*a))
     x = torch.from_numpy(np.stack([_signal(seconds), 0.5 * _signal(seconds, seed=3)])).double()
     ref = _bands(
         King2019(FS, flow=1000.0, fhigh=3000.0, pi_cutoff=cutoff, return_stages=True,
@@ -306,6 +312,32 @@ def test_king_phase_insensitivity_routes(seconds, cutoff, routes, monkeypatch) -
         assert used == set(routes)
         for f, r in zip(fast, ref):
             assert float((f.double() - r).abs().max()) <= tol * float(r.abs().max())
+
+
+def test_king_envelope_kernels_agree(monkeypatch) -> None:
+    """The register envelope kernel equals the channel-vectorised one to rounding (its
+    fused multiply-adds), for 23 channels (three blocks of 8, a padding lane), float64 and
+    float32, over a length that is not a multiple of its chunk or tile."""
+    from lhotse_amt.kernels import king2019_simd, modbank_simd
+
+    calls = []
+    orig = king2019_simd.envelopes
+    monkeypatch.setattr(king2019_simd, "envelopes", lambda *a: calls.append(1) or orig(*a))
+
+    x = torch.from_numpy(np.stack([_signal(1.3), 0.2 * _signal(1.3, seed=5)]))
+    x = x[:, :-3]
+    for dtype, tol in ((torch.float64, 1e-11), (torch.float32, 3e-7)):
+        model = King2019(FS, flow=300.0, fhigh=6000.0, dtype=dtype)
+        assert model.num_channels == 23
+        out = {}
+        for simd in (True, False):
+            monkeypatch.setattr(modbank_simd, "ENABLED", simd)
+            with torch.no_grad():
+                out[simd] = model(x.to(dtype)).double()
+        ref = out[False]
+        scale = ref.abs().amax(dim=1, keepdim=True)
+        assert float(((out[True] - ref).abs() / scale).max()) <= tol
+    assert len(calls) == 2
 
 
 def test_king_wrap_basis_identity() -> None:

@@ -31,6 +31,7 @@ import torch
 from numba import njit, prange
 
 from .. import _alloc
+from . import modbank_simd as _simd
 from .casp import _F, _WRITE_BLOCK, _flush, _pad8
 from .cpu import _threads
 from .fastmath import denormals_off, pow_pos_inline, restore_fp_mode
@@ -654,10 +655,18 @@ def _hilbert_envelopes_(
     sh = sb - (s0 * s0 + (s1 * s1 if N % 2 == 0 else 0.0)) / N
     den = sb + np.maximum(sh, 0.0)
     gain = np.where(den > 0.0, np.sqrt(sb / np.where(den > 0.0, den, 1.0)), 0.0)
+    gain = np.ascontiguousarray(gain, out.numpy().dtype)
+    if _simd.ENABLED:
+        from .king2019_simd import envelopes
+
+        yn = out.numpy()
+        hn = yn[:, :, bands[1]] if len(bands) > 1 else hrows.numpy()
+        envelopes(plan.bank, bands, Q, L, gam.numpy(), zf, gain, yn[:, :, bands[0]], hn, yn)
+        return
     kb = np.ascontiguousarray(plan.kcol.reshape(M, plan.P)[lin_a])  # kb[i]: _band_rows
     _envelope_batch(
         rows.numpy(), kb[0], hrows.numpy(), hcol, kb, lin_a, plan.bank,
-        Q, L, zf, gam.numpy(), np.ascontiguousarray(gain, out.numpy().dtype), _WRITE_BLOCK,
+        Q, L, zf, gam.numpy(), gain, _WRITE_BLOCK,
     )  # fmt: skip
 
 
