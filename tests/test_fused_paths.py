@@ -292,7 +292,7 @@ def test_king_phase_insensitivity_routes(seconds, cutoff, routes, simd, monkeypa
 
     monkeypatch.setattr(modbank_simd, "ENABLED", simd)
     used = set()
-    per_band, envelope = km._phase_insensitivity_cpu_, kk._envelope_batch
+    per_band = km._phase_insensitivity_cpu_
     monkeypatch.setattr(
         km, "_phase_insensitivity_cpu_", lambda *a: used.add("direct") or per_band(*a)
     )
