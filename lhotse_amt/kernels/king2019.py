@@ -31,6 +31,7 @@ import torch
 from numba import njit, prange
 
 from .. import _alloc
+from . import king2019_simd as plan_simd
 from . import modbank_simd as _simd
 from .casp import _F, _WRITE_BLOCK, _flush, _pad8
 from .cpu import _threads
@@ -358,7 +359,25 @@ def king_samples(
     direct = [m for m in bands if m not in lin]
     xn = _alloc.empty((B, T), np.float64)
     xn[...] = x.detach().cpu().numpy()
-    st = plan.initial_state(B)
+    if _simd.ENABLED and plan_simd.supported(p):
+        zf, pis = plan_simd.samples(p, xn, out.numpy(), lin)
+    else:
+        zf, pis = _samples_by_lanes(p, xn, out, lin)
+    if direct:
+        from ..functional.king2019_modulation import _phase_insensitivity_cpu_
+
+        _phase_insensitivity_cpu_(out, direct)
+    if lin:
+        _hilbert_envelopes_(p, lin, maps, gam, out, zf, pis)
+
+
+def _samples_by_lanes(
+    p: KingPooledPlan, xn: np.ndarray, out: torch.Tensor, lin: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The first pass of :func:`king_samples` by the channel-vectorised kernel: returns
+    the final band-pass states ``(B, 2, M, S, P)`` and the sums ``(B, 3, M, P)``."""
+    B, T = xn.shape
+    st = p.initial_state(B)
     rows = out.view(B, p.C * p.M, T)
     kcol = p.kcol.copy()
     for m in lin:  # written by the envelope pass; meanwhile lin[0]'s rows hold u
@@ -375,12 +394,7 @@ def king_samples(
         rows.numpy() if lin else np.zeros((B, 0, 0), out.numpy().dtype), ucol, pis,
         np.isin(np.arange(p.M), lin),
     )  # fmt: skip
-    if direct:
-        from ..functional.king2019_modulation import _phase_insensitivity_cpu_
-
-        _phase_insensitivity_cpu_(out, direct)
-    if lin:
-        _hilbert_envelopes_(p, lin, maps, gam, out, st["bank"], pis)
+    return st["bank"], pis
 
 
 def _band_rows(plan: KingPooledPlan, m: int) -> np.ndarray:
@@ -657,11 +671,10 @@ def _hilbert_envelopes_(
     gain = np.where(den > 0.0, np.sqrt(sb / np.where(den > 0.0, den, 1.0)), 0.0)
     gain = np.ascontiguousarray(gain, out.numpy().dtype)
     if _simd.ENABLED:
-        from .king2019_simd import envelopes
-
         yn = out.numpy()
+        un = yn[:, :, bands[0]]
         hn = yn[:, :, bands[1]] if len(bands) > 1 else hrows.numpy()
-        envelopes(plan.bank, bands, Q, L, gam.numpy(), zf, gain, yn[:, :, bands[0]], hn, yn)
+        plan_simd.envelopes(plan.bank, bands, Q, L, gam.numpy(), zf, gain, un, hn, yn)
         return
     kb = np.ascontiguousarray(plan.kcol.reshape(M, plan.P)[lin_a])  # kb[i]: _band_rows
     _envelope_batch(

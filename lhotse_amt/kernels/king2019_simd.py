@@ -265,3 +265,305 @@ def envelopes(
         np.asarray(L, np.int64), np.ascontiguousarray(gam).reshape(-1), S, flags,
     )  # fmt: skip
     _call_literal(_envelopes_kernel, args, 2)
+
+
+# ---- the first pass: the chain up to the modulation band-passes -----------------------
+
+
+def _front_layout(K: int, SI: int, SO: int, M: int, S: int) -> dict[str, int]:
+    """Rows of the parameter block ``P (NP, 8)`` and the state block ``Z (NZ, 8)`` of
+    :func:`_front8` and :func:`_bands8`."""
+    o = {"pr": 0, "pi": 1, "g2": 2, "knee": 3, "coef": 4, "expo": 5, "ihc": 6}
+    o["post"] = o["ihc"] + 5 * SI
+    o["bank"] = o["post"] + 5 * SO  # per band: 5 S coefficients, gain, 1.0 where |.|
+    o["NPB"] = 5 * S + 2
+    o["NP"] = o["bank"] + M * o["NPB"]
+    o["gre"] = 0
+    o["gim"] = K
+    o["zihc"] = 2 * K
+    o["zpost"] = o["zihc"] + 2 * SI
+    o["zbank"] = o["zpost"] + 2 * SO  # per band: z0, z1 per section
+    o["sums"] = o["zbank"] + 2 * S * M  # per band: sum y^2, sum y, sum (-1)^n y
+    o["NZ"] = o["sums"] + 3 * M
+    return o
+
+
+def _pow_pos(vb: VecBuilder, a: ir.Value, n: ir.Value) -> ir.Value:
+    """``a^n`` per lane for normal positive ``a`` and ``|n log a| < 700``:
+    :func:`lhotse_amt.kernels.fastmath.pow_pos_inline` (same constants and steps, fused
+    multiply-adds; relative error < 1e-9)."""
+    from .fastmath import _LN2, _LN2HI, _LN2LO, _LOG2E, _MANT, _ONE_BITS, _SQRT2
+
+    b = vb.b
+    ity = vb.ity
+
+    def iconst(v: int) -> ir.Constant:
+        return ir.Constant(ity, [ir.Constant(_I64, int(v))] * vb.w)
+
+    bits = b.bitcast(a, ity)
+    e = b.sub(b.lshr(bits, iconst(52)), iconst(1023))
+    m = b.bitcast(b.or_(b.and_(bits, iconst(_MANT)), iconst(_ONE_BITS)), vb.ty)
+    big = vb.gt(m, vb.const(_SQRT2))
+    m = vb.select(big, vb.mul(m, vb.const(0.5)), m)
+    e = b.select(big, b.add(e, iconst(1)), e)
+    s = vb.div(vb.sub(m, vb.const(1.0)), vb.add(m, vb.const(1.0)))
+    z = vb.mul(s, s)
+    q = vb.fma(z, vb.const(1.0 / 11.0), vb.const(1.0 / 9.0))
+    for c in (1.0 / 7.0, 0.2, 1.0 / 3.0, 1.0):
+        q = vb.fma(z, q, vb.const(c))
+    lm = vb.mul(vb.mul(vb.const(2.0), s), q)
+    y = vb.mul(n, vb.fma(b.sitofp(e, vb.ty), vb.const(_LN2), lm))
+    k = vb.floor(vb.fma(y, vb.const(_LOG2E), vb.const(0.5)))
+    nk = b.fneg(k)
+    r = vb.fma(nk, vb.const(_LN2LO), vb.fma(nk, vb.const(_LN2HI), y))
+    p = vb.const(1.0 / 40320.0)
+    for c in (1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0):
+        p = vb.fma(p, r, vb.const(c))
+    scale = b.bitcast(b.shl(b.add(b.fptosi(k, ity), iconst(1023)), iconst(52)), vb.ty)
+    return vb.mul(p, scale)
+
+
+@intrinsic
+def _front8(typingctx, x, n0, nt, P, Z, ub, K, SI, SO, M, S):  # noqa: ANN001
+    """Gammatone (``K`` complex one-pole stages), compression, half-wave rectification,
+    IHC low-pass (``SI`` sections) and the post filters (``SO`` sections) of one block of
+    8 channels over samples ``n0 .. n0 + nt`` of ``x (T,)`` (float64, the same for every
+    lane), into ``ub (chunk, 8)`` (the band-pass input). Parameters ``P``, states ``Z``
+    (updated) in the :func:`_front_layout` rows."""
+    lit = _lits(K, SI, SO, M, S)
+    if lit is None:
+        return None
+    nK, nSI, nSO, nM, nS = lit
+    lay = _front_layout(nK, nSI, nSO, nM, nS)
+    sig = types.none(x, n0, nt, P, Z, ub, K, SI, SO, M, S)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        wide_function(builder)
+        vb = VecBuilder(builder)
+        at = signature.args
+        xp = array_ptr(context, builder, at[0], args[0])
+        pp = array_ptr(context, builder, at[3], args[3])
+        zp = array_ptr(context, builder, at[4], args[4])
+        op = array_ptr(context, builder, at[5], args[5])
+        n0, nt = args[1], args[2]
+
+        def par(row: int) -> ir.Value:
+            return vb.load(pp, row)
+
+        rows = range(lay["zbank"])
+        slots = {r: vb.var(vb.load(zp, r)) for r in rows}
+        pr, pim, g2 = par(lay["pr"]), par(lay["pi"]), par(lay["g2"])
+        knee, coef, expo = par(lay["knee"]), par(lay["coef"]), par(lay["expo"])
+        zero = vb.const(0.0)
+        tiny = vb.const(1e-200)
+        with cgutils.for_range(builder, nt) as loop:
+            n = loop.index
+            xs = builder.load(builder.gep(xp, [builder.add(n0, n)]))
+            ur, ui = vb.splat(xs), zero
+            for k in range(nK):
+                sr, si = slots[lay["gre"] + k], slots[lay["gim"] + k]
+                gr, gi = builder.load(sr), builder.load(si)
+                nr = vb.fma(pr, gr, vb.fma(builder.fneg(pim), gi, ur))
+                ni = vb.fma(pr, gi, vb.fma(pim, gr, ui))
+                builder.store(nr, sr)
+                builder.store(ni, si)
+                ur, ui = nr, ni
+            # broken stick then half-wave rectification: coef q^n above the knee, else
+            # max(q, 0) (the sign of q is kept, so only q > 0 survives the rectifier)
+            q = vb.mul(g2, ur)
+            comp = vb.mul(coef, _pow_pos(vb, vb.maximum(q, tiny), expo))
+            v = vb.select(vb.gt(q, knee), comp, vb.maximum(q, zero))
+            v = _sections(vb, par, slots, v, lay["ihc"], lay["zihc"], nSI)
+            v = _sections(vb, par, slots, v, lay["post"], lay["zpost"], nSO)
+            vb.store(v, op, n)
+        for r, slot in slots.items():
+            vb.store(builder.load(slot), zp, r)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _bands8(typingctx, ub, n0, nt, P, Z, ob, K, SI, SO, M, S, NG, SUMS):  # noqa: ANN001
+    """The ``M`` band-passes (``S`` sections each) over ``ub (chunk, 8)`` rows ``0 ..
+    nt`` into ``ob (M, chunk, 8)`` (``gain y``, ``gain |y|`` where flagged), ``NG``
+    bands per pass over the chunk; bands whose bit is set in ``SUMS`` also add ``y^2``,
+    ``y`` and ``(-1)^(n0 + n) y`` to their sums (:func:`_front_layout` rows)."""
+    lit = _lits(K, SI, SO, M, S, NG, SUMS)
+    if lit is None:
+        return None
+    nK, nSI, nSO, nM, nS, nG, sums = lit
+    lay = _front_layout(nK, nSI, nSO, nM, nS)
+    sig = types.none(ub, n0, nt, P, Z, ob, K, SI, SO, M, S, NG, SUMS)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        wide_function(builder)
+        vb = VecBuilder(builder)
+        at = signature.args
+        up = array_ptr(context, builder, at[0], args[0])
+        pp = array_ptr(context, builder, at[3], args[3])
+        zp = array_ptr(context, builder, at[4], args[4])
+        op = array_ptr(context, builder, at[5], args[5])
+        n0, nt = args[1], args[2]
+        chunk = ir.Constant(_I64, _CHUNK)
+        zero = vb.const(0.0)
+        for first in range(0, nM, nG):
+            bands = range(first, min(first + nG, nM))
+            par_rows = {}
+            slots = {}
+            acc = {}
+            for m in bands:
+                base = lay["bank"] + m * lay["NPB"]
+                for i in range(lay["NPB"]):
+                    par_rows[(m, i)] = vb.load(pp, base + i)
+                zb = lay["zbank"] + 2 * nS * m
+                for r in range(2 * nS):
+                    slots[zb + r] = vb.var(vb.load(zp, zb + r))
+                if (sums >> m) & 1:
+                    for k in range(3):
+                        acc[(m, k)] = vb.var(vb.load(zp, lay["sums"] + 3 * m + k))
+            with cgutils.for_range(builder, nt) as loop:
+                n = loop.index
+                u = vb.load(up, n)
+                odd = builder.trunc(builder.add(n0, n), ir.IntType(1))
+                for m in bands:
+                    zb = lay["zbank"] + 2 * nS * m
+
+                    def par(row: int, m: int = m, rows: dict = par_rows) -> ir.Value:
+                        return rows[(m, row)]
+
+                    y = _sections(vb, par, slots, u, 0, zb, nS)
+                    if (sums >> m) & 1:
+                        a0, a1, a2 = (acc[(m, k)] for k in range(3))
+                        builder.store(vb.fma(y, y, builder.load(a0)), a0)
+                        builder.store(vb.add(builder.load(a1), y), a1)
+                        sy = builder.select(odd, builder.fneg(y), y)
+                        builder.store(vb.add(builder.load(a2), sy), a2)
+                    gain, absf = par(5 * nS), par(5 * nS + 1)
+                    use_abs = builder.fcmp_ordered("!=", absf, zero)
+                    out = vb.mul(gain, vb.select(use_abs, vb.fabs(y), y))
+                    idx = builder.add(builder.mul(ir.Constant(_I64, m), chunk), n)
+                    vb.store(out, op, idx)
+            for r, slot in slots.items():
+                vb.store(builder.load(slot), zp, r)
+            for (m, k), slot in acc.items():
+                vb.store(builder.load(slot), zp, lay["sums"] + 3 * m + k)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(inline="always", **_NOPY)
+def _write_rows(buf, y, yflat, b, c0, nl, m, n0, nt):  # pragma: no cover - compiled
+    # y[b, c0 + lane, m, n0 + n] = buf[0, n, lane] for lanes < nl (buf (1, chunk, 8)):
+    # tiles of 8 samples transposed in registers, the rest sample by sample
+    C, M, T = y.shape[1], y.shape[2], y.shape[3]
+    nt8 = nt // 8
+    _store_tiles(buf, 0, nt8, yflat, ((b * C + c0) * M + m) * T + n0, M * T, nl)
+    for lane in range(nl):
+        for n in range(nt8 * 8, nt):
+            y[b, c0 + lane, m, n0 + n] = buf[0, n, lane]
+
+
+@njit(parallel=True, **_NOPY)
+def _samples_kernel(x, P, Z, y, written, urow, K, SI, SO, M, S, NG, SUMS):  # pragma: no cover
+    # x (B, T) float64; P (NB, NP, 8); Z (B, NB, NZ, 8) (updated); y (B, C, M, T): band m
+    # written where written[m]; the band-pass input into the rows of band urow (>= 0)
+    literally(K)
+    literally(SI)
+    literally(SO)
+    literally(M)
+    literally(S)
+    literally(NG)
+    literally(SUMS)
+    B, C, _, T = y.shape
+    NB = P.shape[0]
+    yflat = y.reshape(-1)
+    for job in prange(B * NB):
+        b = job // NB
+        blk = job - b * NB
+        c0 = blk * 8
+        nl = min(8, C - c0)
+        fp = denormals_off()
+        ub = np.zeros((1, _CHUNK, 8))
+        ob = np.empty((M, _CHUNK, 8))
+        xb = x[b]
+        Pj = P[blk]
+        Zj = Z[b, blk]
+        for n0 in range(0, T, _CHUNK):
+            nt = min(_CHUNK, T - n0)
+            _front8(xb, n0, nt, Pj, Zj, ub[0], K, SI, SO, M, S)
+            _bands8(ub[0], n0, nt, Pj, Zj, ob, K, SI, SO, M, S, NG, SUMS)
+            if urow >= 0:
+                _write_rows(ub, y, yflat, b, c0, nl, urow, n0, nt)
+            for m in range(M):
+                if written[m]:
+                    _write_rows(ob[m : m + 1], y, yflat, b, c0, nl, m, n0, nt)
+        restore_fp_mode(fp)
+
+
+#: modulation bands per pass over a chunk in :func:`_bands8`
+_BAND_GROUP = 2
+
+
+def supported(plan: object) -> bool:
+    """The register kernel applies: the inline ``pow`` (not the library one of float64
+    models, ``precise``)."""
+    return not plan.precise
+
+
+def _front_params(plan: object) -> np.ndarray:
+    """The parameter block ``(NB, NP, 8)`` of a :class:`~lhotse_amt.kernels.king2019.
+    KingPooledPlan` (lanes ``P``: padding lanes repeat channel 0, finite values)."""
+    SI, SO = plan.ihc.shape[1], plan.post.shape[1]
+    M, S = plan.bank.shape[:2]
+    lay = _front_layout(plan.K, SI, SO, M, S)
+    P = np.zeros((lay["NP"], plan.P))
+    P[lay["pr"]], P[lay["pi"]], P[lay["g2"]] = plan.pr, plan.pi, plan.g2
+    P[lay["knee"]], P[lay["coef"]], P[lay["expo"]] = plan.knee, plan.coef, plan.expo
+
+    def sections(off: int, sos: np.ndarray) -> None:
+        for s in range(sos.shape[0]):
+            b0, b1, b2, _, a1, a2 = sos[s]
+            P[off + 5 * s : off + 5 * s + 5] = np.array([b0, b1, b2, -a1, -a2])[:, None]
+
+    sections(lay["ihc"], plan.ihc[0])
+    sections(lay["post"], plan.post[0])
+    for m in range(M):
+        off = lay["bank"] + m * lay["NPB"]
+        sections(off, plan.bank[m])
+        P[off + 5 * S] = plan.gain[m]
+        P[off + 5 * S + 1] = float(plan.use_abs[m])
+    NB = plan.P // WIDTH
+    return np.ascontiguousarray(P.reshape(lay["NP"], NB, WIDTH).transpose(1, 0, 2))
+
+
+def samples(
+    plan: object, xn: np.ndarray, y: np.ndarray, lin: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The first pass of :func:`lhotse_amt.kernels.king2019.king_samples` (the same
+    values to rounding): the chain on ``xn (B, T)`` (float64) from rest, band ``m``
+    (times ``gain[m]``, ``|.|`` first where ``use_abs[m]``) into ``y (B, C, M, T)`` for
+    ``m`` not in ``lin``; with ``lin`` the band-pass input into the rows of band
+    ``lin[0]`` and the sums of ``y^2``, ``y``, ``(-1)^n y`` of the ``lin`` bands. Returns
+    the final band-pass states ``(B, 2, M, S, P)`` and the sums ``(B, 3, M, P)``."""
+    B, T = xn.shape
+    SI, SO = plan.ihc.shape[1], plan.post.shape[1]
+    M, S = plan.bank.shape[:2]
+    lay = _front_layout(plan.K, SI, SO, M, S)
+    P = getattr(plan, "_simd_params", None)
+    if P is None:
+        P = plan._simd_params = _front_params(plan)
+    NB = P.shape[0]
+    Z = np.zeros((B, NB, lay["NZ"], WIDTH))
+    written = np.asarray([m not in lin for m in range(M)], np.bool_)
+    urow = lin[0] if lin else -1
+    sums = sum(1 << m for m in lin)
+    args = (xn, P, Z, y, written, urow, plan.K, SI, SO, M, S, _BAND_GROUP, sums)
+    _call_literal(_samples_kernel, args, 7)
+    # (B, NB, rows, 8) -> (B, rows, P)
+    Zl = Z.transpose(0, 2, 1, 3).reshape(B, lay["NZ"], NB * WIDTH)
+    zb = Zl[:, lay["zbank"] : lay["sums"]].reshape(B, M, S, 2, -1)
+    bank = np.ascontiguousarray(zb.transpose(0, 3, 1, 2, 4))
+    pis = np.ascontiguousarray(Zl[:, lay["sums"] :].reshape(B, M, 3, -1).transpose(0, 2, 1, 3))
+    return bank, pis
