@@ -8,8 +8,8 @@ model (Osses2021: list of modulation bands; King2019: phase-insensitive (B, T, F
 output); extractor = ``extract_batch`` of the registered ``amt-*`` extractor with its
 default config at 44.1 kHz (10-ms frames, 2-s chunks): ``fused`` is the default
 (fused pooled CPU kernel), ``stagewise`` the same extractor with the fused path off,
-timed alternately in the same process (best of ``--reps``). Prints the peak resident set
-size after each row.
+timed alternately in the same process (best of ``--reps``). Prints each row's peak resident
+set size (high-water mark reset before the row, host cache released; ``_rss.py``).
 
     python benchmarks/bench_issue4_osses_king.py [--rates 16000 44100] [--durations 1 10]
         [--batches 1 8] [--reps 3] [--what forward fused stagewise]
@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import time
 
 import numpy as np
 import torch
+from _rss import peak_rss_mb, reset_peak
 
 from lhotse_amt.features.casp import (
     King2019Config,
@@ -40,10 +40,6 @@ def noise(seconds: float, batch: int, fs: int) -> torch.Tensor:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, int(seconds * fs))) * 10 ** ((65 - 100) / 20)
     return torch.tensor(x, dtype=torch.float32)
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def timed(fn, reps: int = 1) -> tuple[float, float, float]:
@@ -115,6 +111,7 @@ def main() -> None:
                         "stagewise": lambda xs=xs, ex=ex_sw, fs=fs: ex.extract_batch(xs, fs),
                     }
                     for what in args.what:
+                        reset_peak()
                         cpu, user, system = (v / (dur * B) for v in timed(fns[what], args.reps))
                         print(
                             f"{name:<10} {fs:>6d} {what:<9} {dur:>5g} {B:>5d} {cpu:>8.4f} "

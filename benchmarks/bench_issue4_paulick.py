@@ -8,8 +8,9 @@ cost no more than batch 1. Input: noise with a 1/f-ish spectrum and 8-Hz envelop
 the machine only make runs slower); wall-clock and process CPU time are both printed, and
 the CPU time split into user and system (kernel) time: the system part is mostly the
 operating system's cost of first touching freshly allocated memory (the model forward's
-sample-rate output), which varies with the machine's memory state. The peak resident set
-size of the process is printed after each row (it only grows).
+sample-rate output), which varies with the machine's memory state. Each row prints its own
+peak resident set size (high-water mark reset before the row, host cache released;
+``_rss.py``).
 
     python benchmarks/bench_issue4_paulick.py [--durations 1 10] [--batches 1 8] [--reps 2]
         [--what model extractor] [--channels 50] [--dtype float32]
@@ -19,11 +20,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import time
 
 import numpy as np
 import torch
+from _rss import peak_rss_mb, reset_peak
 
 from lhotse_amt.features.casp import Paulick2024Config, Paulick2024Extractor
 from lhotse_amt.models.paulick2024 import Paulick2024
@@ -54,10 +55,6 @@ def timed(fn, reps: int) -> tuple[float, float, float, float]:
         if d < cpu:
             cpu, user, system = d, o2.user - o.user, o2.system - o.system
     return wall, cpu, user, system
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def main() -> None:
@@ -93,6 +90,7 @@ def main() -> None:
                     def fn(xs=xs):
                         ex.extract_batch(xs, FS)
 
+                reset_peak()
                 wall, cpu, user, system = timed(fn, args.reps)
                 n = batch * seconds
                 print(

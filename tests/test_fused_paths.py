@@ -267,6 +267,43 @@ def test_casp_kernel_layout() -> None:
         casp.casp_samples(plan, torch.zeros(1, 10), torch.zeros(1, 3, 10))
 
 
+@pytest.mark.parametrize(
+    "name, kwargs, channels",
+    [
+        ("osses2021", dict(flow=500.0, fhigh=4000.0), 17),  # 3 blocks: one group of 3
+        ("osses2021", dict(preset="amt-1.4"), 31),  # 4 blocks: one group of 4
+        ("dau1997", dict(filterbank_kwargs=dict(bwmul=0.75)), 41),  # 6 blocks: 2 groups of 4
+    ],
+)
+def test_casp_register_kernel_agrees(name, kwargs, channels, monkeypatch) -> None:
+    """The register kernel of float32 models (8 channels per vector, blocks side by side
+    in the adaptation loops) equals the channel-vectorised kernel to float32 rounding:
+    every band of every channel, incomplete blocks and groups (padding lanes and blocks
+    never written), a length that is not a multiple of its chunk or tile, a loud onset
+    (the overshoot limiter)."""
+    from lhotse_amt.kernels import casp_simd, modbank_simd
+
+    calls = []
+    orig = casp_simd.samples
+    monkeypatch.setattr(casp_simd, "samples", lambda *a: calls.append(1) or orig(*a))
+    model = {"osses2021": Osses2021, "dau1997": Dau1997}[name](FS, **kwargs)
+    assert model.num_channels == channels
+    x = np.stack([_signal(0.7), 0.1 * _signal(0.7, seed=4)])[:, :-5].copy()
+    x[:, : x.shape[1] // 2] *= 1e-3  # quiet, then a loud onset
+    x = torch.from_numpy(x).float()
+    out, ran = {}, {}
+    for simd in (True, False):
+        monkeypatch.setattr(modbank_simd, "ENABLED", simd)
+        n = len(calls)
+        with torch.no_grad():
+            out[simd] = model(x)
+        ran[simd] = len(calls) > n
+    assert ran == {True: True, False: False}
+    for a, b in zip(_bands(out[True]), _bands(out[False])):
+        scale = float(b.double().abs().max())
+        assert float((a.double() - b.double()).abs().max()) <= 3e-7 * scale
+
+
 # ---- King2019 phase insensitivity from one Hilbert transform per channel -------------
 
 

@@ -345,6 +345,8 @@ class CASPPooledPlan:
             if not want_abs:
                 self.nsig = len(lane_c)
         cc, mm = np.asarray(lane_c, np.int64), np.asarray(lane_m, np.int64)
+        #: channel and band (0 = the first band-pass) of each band lane
+        self.lane_c, self.lane_m = cc, mm
         pp = bp[cc, mm]
         gg = g[cc, mm] * scb[cc, mm]
         isabs = np.arange(cc.size) >= self.nsig
@@ -437,6 +439,11 @@ def casp_samples(plan: CASPPooledPlan, x: torch.Tensor, out: torch.Tensor) -> No
         raise ValueError(f"out must be contiguous {(B, R, T)}, got {tuple(out.shape)}")
     p = plan
     xn = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
+    from . import casp_simd, modbank_simd
+
+    if modbank_simd.ENABLED and casp_simd.supported(p):
+        casp_simd.samples(p, xn, out.numpy())
+        return
     st = plan.initial_state(B)
     _casp_batch(
         xn, np.full(B, T, np.int64), 0, False, p.precise,

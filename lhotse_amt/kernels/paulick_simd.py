@@ -101,6 +101,80 @@ def _store_states(vb: VecBuilder, zp, slots: dict[int, ir.Value]) -> None:  # no
         vb.store(vb.b.load(slot), zp, i)
 
 
+def _in_f32(vb: VecBuilder, per_block: list, fn):  # noqa: ANN001, ANN202
+    """``fn`` on float32 copies of each block's float64 arguments (``per_block[g]``), two
+    blocks per 16-lane vector (the last alone when the count is odd); the results back in
+    float64, per block."""
+    vs8 = VecBuilder(vb.b, single=True)
+    vs16 = VecBuilder(vb.b, width=2 * WIDTH, single=True)
+    out = []
+    nG = len(per_block)
+    for g in range(0, nG, 2):
+        if g + 1 < nG:
+            packed = [
+                vs8.concat(vb.to(a, vs8), vb.to(c, vs8))
+                for a, c in zip(per_block[g], per_block[g + 1])
+            ]
+            res = fn(vs16, *packed)
+            pairs = [vs8.halves(r) for r in res]
+            out.append([vs8.to(p[0], vb) for p in pairs])
+            out.append([vs8.to(p[1], vb) for p in pairs])
+        else:
+            res = fn(vs8, *[vb.to(a, vs8) for a in per_block[g]])
+            out.append([vs8.to(r, vb) for r in res])
+    return out
+
+
+def adaptation_loops_blocks(
+    vb: VecBuilder, vv: list, state: list, loop_par, nJ: int, use_limit: bool, round32: bool
+) -> list:  # noqa: ANN001
+    """One sample of the ``nJ`` adaptation loops (Dau et al. 1996; the overshoot limiter of
+    Muenkner et al. 1996 with ``use_limit``) on the vectors ``vv[g]`` of several blocks,
+    loop by loop with the blocks side by side (the divisions of independent blocks fill
+    the pipeline): divide by the loop state, limit where the quotient exceeds 1 (every
+    lane evaluated, selected), update the state. ``state[g][j]``: the state slot of loop
+    ``j`` of block ``g``; ``loop_par(g, j, i)``: loop ``j``'s ``a, 1 - a, 2 m, m - 1,
+    -2 / m, m`` (``i = 0 ... 5``). ``round32``: the limiter's correction ``m (1 - e) /
+    (1 + e)`` in float32 (absolute error < 1e-6 on a value >= 1), as the
+    channel-vectorised kernels of float32 models. Returns the outputs."""
+    builder = vb.b
+    one = vb.const(1.0)
+    nG = len(vv)
+    vv = list(vv)
+    for j in range(nJ):
+        xs, olds = [], []
+        for g in range(nG):
+            s_old = builder.load(state[g][j])
+            olds.append(s_old)
+            xs.append(vb.div(vv[g], s_old))
+        if use_limit:
+            if round32:
+
+                def correction(u: VecBuilder, t, m):  # noqa: ANN001, ANN202
+                    t = u.minimum(u.maximum(t, u.const(-37.5)), u.const(0.0))
+                    e = u.exp32_nonpos(t)
+                    one32 = u.const(1.0)
+                    return (u.div(u.mul(m, u.sub(one32, e)), u.add(one32, e)),)
+
+                targs = [
+                    (vb.mul(vb.sub(xs[g], one), loop_par(g, j, 4)), loop_par(g, j, 5))
+                    for g in range(nG)
+                ]
+                lims = [vb.add(one, c[0]) for c in _in_f32(vb, targs, correction)]
+            else:
+                lims = []
+                for g in range(nG):
+                    e = vb.exp(vb.mul(vb.sub(xs[g], one), loop_par(g, j, 4)))
+                    lim = vb.div(loop_par(g, j, 2), vb.add(one, e))
+                    lims.append(vb.sub(lim, loop_par(g, j, 3)))
+            xs = [vb.select(vb.gt(xs[g], one), lims[g], xs[g]) for g in range(nG)]
+        for g in range(nG):
+            vv[g] = xs[g]
+            upd = vb.mul(loop_par(g, j, 1), xs[g])
+            builder.store(vb.fma(loop_par(g, j, 0), olds[g], upd), state[g][j])
+    return vv
+
+
 def _block_ptr(context, builder, aryty, value, g):  # noqa: ANN001, ANN202
     """``double*`` to block ``g`` of a group array ``(G, rows, 8)`` (rows from its shape)."""
     ary = context.make_array(aryty)(context, builder, value)
@@ -187,28 +261,6 @@ def _hair8(typingctx, buf, row0, nt, P, Z, G, SL, S1, S2, J, FLAGS):  # noqa: AN
             # loop j: a, 1 - a, 2 m, m - 1, -2 / m, m
             return par(g, lay["loops"] + _N_LOOP * j + i)
 
-        vs8 = VecBuilder(builder, single=True)
-        vs16 = VecBuilder(builder, width=2 * WIDTH, single=True)
-
-        def in_f32(per_block, fn):  # noqa: ANN001, ANN202
-            # fn on float32 copies of each block's float64 arguments, two blocks per 16-lane
-            # vector (the last alone when G is odd); results back in float64, per block
-            out = []
-            for g in range(0, nG, 2):
-                if g + 1 < nG:
-                    packed = [
-                        vs8.concat(vb.to(a, vs8), vb.to(c, vs8))
-                        for a, c in zip(per_block[g], per_block[g + 1])
-                    ]
-                    res = fn(vs16, *packed)
-                    pairs = [vs8.halves(r) for r in res]
-                    out.append([vs8.to(p[0], vb) for p in pairs])
-                    out.append([vs8.to(p[1], vb) for p in pairs])
-                else:
-                    res = fn(vs8, *[vb.to(a, vs8) for a in per_block[g]])
-                    out.append([vs8.to(r, vb) for r in res])
-            return out
-
         with cgutils.for_range(builder, args[2]) as loop:
             row = builder.add(args[1], loop.index)
             base = builder.mul(row, ir.Constant(_I64, nG))
@@ -242,42 +294,8 @@ def _hair8(typingctx, buf, row0, nt, P, Z, G, SL, S1, S2, J, FLAGS):  # noqa: AN
                 builder.store(W, ws)
                 vv.append(vb.maximum(W, par(g, lay["out"])))
             # adaptation loops, loop by loop, the blocks side by side
-            for j in range(nJ):
-                xs, olds, lims = [], [], None
-                for g in range(nG):
-                    sj = slots[g][g * NZ + lay["s"] + j]
-                    s_old = builder.load(sj)
-                    olds.append(s_old)
-                    xs.append(vb.div(vv[g], s_old))
-                if use_limit:
-                    # the overshoot limiter for every lane, selected where x > 1
-                    if round32:
-                        # float32 output: the correction m (1 - e) / (1 + e) in float32
-                        # (absolute error < 1e-6 on a value >= 1), as the channel-
-                        # vectorised kernel, two blocks per 16-lane vector
-                        def correction(u: VecBuilder, t, m):  # noqa: ANN001, ANN202
-                            t = u.minimum(u.maximum(t, u.const(-37.5)), u.const(0.0))
-                            e = u.exp32_nonpos(t)
-                            one32 = u.const(1.0)
-                            return (u.div(u.mul(m, u.sub(one32, e)), u.add(one32, e)),)
-
-                        targs = [
-                            (vb.mul(vb.sub(xs[g], one), loop_par(g, j, 4)), loop_par(g, j, 5))
-                            for g in range(nG)
-                        ]
-                        lims = [vb.add(one, c[0]) for c in in_f32(targs, correction)]
-                    else:
-                        lims = []
-                        for g in range(nG):
-                            e = vb.exp(vb.mul(vb.sub(xs[g], one), loop_par(g, j, 4)))
-                            lim = vb.div(loop_par(g, j, 2), vb.add(one, e))
-                            lims.append(vb.sub(lim, loop_par(g, j, 3)))
-                    xs = [vb.select(vb.gt(xs[g], one), lims[g], xs[g]) for g in range(nG)]
-                for g in range(nG):
-                    vv[g] = xs[g]
-                    sj = slots[g][g * NZ + lay["s"] + j]
-                    upd = vb.mul(loop_par(g, j, 1), xs[g])
-                    builder.store(vb.fma(loop_par(g, j, 0), olds[g], upd), sj)
+            state = [[slots[g][g * NZ + lay["s"] + j] for j in range(nJ)] for g in range(nG)]
+            vv = adaptation_loops_blocks(vb, vv, state, loop_par, nJ, use_limit, round32)
             for g in range(nG):
                 o = lay["out"]
                 v = vb.mul(vb.sub(vv[g], par(g, o + 1)), par(g, o + 2))

@@ -1,0 +1,326 @@
+"""The fused CASP forward (Dau1997, Osses2021) with the states of 8 channels in vector
+registers.
+
+:func:`lhotse_amt.kernels.casp.casp_samples` runs gammatone -> IHC -> adaptation loops ->
+modulation filterbank with every loop over the channels (and band lanes) innermost, so
+every filter state is loaded and stored once per sample. Here
+(:mod:`lhotse_amt.kernels.simd`) the channels are cut into blocks of 8 (one float64
+vector) and groups of ``G`` blocks; each group runs over the signal in chunks of
+``modbank_simd._CHUNK`` samples:
+
+1. per block: gammatone (complex one-pole stages), half-wave rectification, IHC low-pass
+   and the floor of the adaptation loops, with the block's states in registers, into a
+   buffer ``(G, chunk, 8)``;
+2. the adaptation loops in place on the buffer, the group's blocks side by side
+   (:func:`lhotse_amt.kernels.paulick_simd.adaptation_loops_blocks`: a chain of divisions
+   per sample, which independent blocks overlap), then the output scaling to model units;
+3. per block: the modulation filterbank of
+   :func:`lhotse_amt.kernels.modbank_simd._mod8` (pre-filter, low-pass band, resonators;
+   a channel's missing bands have scale 0 and are not written);
+4. each band is written to its output rows as 8 x 8 tiles transposed in registers.
+
+Used for float32 models (float64 ones keep the library ``exp`` and ``sqrt`` of the
+channel-vectorised kernel); the arithmetic is that kernel's with explicit fused
+multiply-adds (the outputs agree to float32 rounding).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import literally, njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .fastmath import denormals_off, restore_fp_mode
+from .modbank_simd import _CHUNK, _mod8
+from .modbank_simd import _layout as _mod_layout
+from .paulick_simd import _block_ptr, _call_literal, _lits, _sections, adaptation_loops_blocks
+from .simd import WIDTH, VecBuilder, array_ptr, transpose8, wide_function
+
+__all__ = ["samples", "supported"]
+
+_NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
+_I64 = ir.IntType(64)
+_N_LOOP = 6  # per adaptation loop: a, 1 - a, 2 m, m - 1, -2 / m, m
+#: blocks of 8 channels side by side in the adaptation loops
+_GROUP = 4
+
+
+def _layout(K: int, SI: int, J: int) -> dict[str, int]:
+    """Rows of the front parameter block ``P (NB, NP, 8)`` and state block ``Z (NB, NZ,
+    8)``."""
+    o = {"pr": 0, "pi": 1, "g2": 2, "minlvl": 3, "ihc": 4}
+    o["loops"] = o["ihc"] + 5 * SI
+    o["off"] = o["loops"] + _N_LOOP * J
+    o["scale"] = o["off"] + 1
+    o["NP"] = o["scale"] + 1
+    o["gre"], o["gim"], o["zihc"] = 0, K, 2 * K
+    o["s"] = o["zihc"] + 2 * SI
+    o["NZ"] = o["s"] + J
+    return o
+
+
+@intrinsic
+def _gt8(typingctx, x, n0, nt, P, Z, buf, blk, g, K, SI, J):  # noqa: ANN001
+    """Gammatone, half-wave rectification, IHC and floor of block ``blk`` (of ``P``/``Z``
+    ``(NB, rows, 8)``) over samples ``n0 .. n0 + nt`` of ``x (T,)`` (float64, the same
+    for every lane) into ``buf (G, chunk, 8)`` row ``g``."""
+    lit = _lits(K, SI, J)
+    if lit is None:
+        return None
+    nK, nSI, nJ = lit
+    lay = _layout(nK, nSI, nJ)
+    sig = types.none(x, n0, nt, P, Z, buf, blk, g, K, SI, J)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        wide_function(builder)
+        vb = VecBuilder(builder)
+        at = signature.args
+        xp = array_ptr(context, builder, at[0], args[0])
+        pp = _block_ptr(context, builder, at[3], args[3], args[6])
+        zp = _block_ptr(context, builder, at[4], args[4], args[6])
+        bp = _block_ptr(context, builder, at[5], args[5], args[7])
+        n0, nt = args[1], args[2]
+
+        def par(row: int) -> ir.Value:
+            return vb.load(pp, row)
+
+        slots = {r: vb.var(vb.load(zp, r)) for r in range(lay["s"])}
+        pr, pim, g2, floor = par(lay["pr"]), par(lay["pi"]), par(lay["g2"]), par(lay["minlvl"])
+        npim = builder.fneg(pim)
+        zero = vb.const(0.0)
+        with cgutils.for_range(builder, nt) as loop:
+            n = loop.index
+            ur = vb.splat(builder.load(builder.gep(xp, [builder.add(n0, n)])))
+            ui = zero
+            for k in range(nK):
+                sr, si = slots[lay["gre"] + k], slots[lay["gim"] + k]
+                gr, gi = builder.load(sr), builder.load(si)
+                nr = vb.fma(pr, gr, vb.fma(npim, gi, ur))
+                ni = vb.fma(pr, gi, vb.fma(pim, gr, ui))
+                builder.store(nr, sr)
+                builder.store(ni, si)
+                ur, ui = nr, ni
+            v = vb.maximum(vb.mul(g2, ur), zero)
+            v = _sections(vb, par, slots, v, lay["ihc"], lay["zihc"], nSI)
+            vb.store(vb.maximum(v, floor), bp, n)
+        for r, slot in slots.items():
+            vb.store(builder.load(slot), zp, r)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _adapt8(typingctx, buf, nt, P, Z, blk0, G, K, SI, J, FLAGS):  # noqa: ANN001
+    """The adaptation loops of blocks ``blk0 .. blk0 + G`` side by side, in place on
+    ``buf (G, chunk, 8)`` rows ``0 .. nt``, then ``(v - off) scale``. FLAGS bit 0:
+    overshoot limiter; bit 1: its correction in float32."""
+    lit = _lits(G, K, SI, J, FLAGS)
+    if lit is None:
+        return None
+    nG, nK, nSI, nJ, flags = lit
+    use_limit, round32 = bool(flags & 1), bool(flags & 2)
+    lay = _layout(nK, nSI, nJ)
+    sig = types.none(buf, nt, P, Z, blk0, G, K, SI, J, FLAGS)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        wide_function(builder)
+        vb = VecBuilder(builder)
+        at = signature.args
+        blocks = [builder.add(args[4], ir.Constant(_I64, g)) for g in range(nG)]
+        pps = [_block_ptr(context, builder, at[2], args[2], b) for b in blocks]
+        zps = [_block_ptr(context, builder, at[3], args[3], b) for b in blocks]
+        bps = [
+            _block_ptr(context, builder, at[0], args[0], ir.Constant(_I64, g)) for g in range(nG)
+        ]
+        state = [[vb.var(vb.load(zps[g], lay["s"] + j)) for j in range(nJ)] for g in range(nG)]
+        lp = {
+            (g, j, i): vb.load(pps[g], lay["loops"] + _N_LOOP * j + i)
+            for g in range(nG)
+            for j in range(nJ)
+            for i in range(_N_LOOP)
+        }
+
+        def loop_par(g: int, j: int, i: int) -> ir.Value:
+            return lp[(g, j, i)]
+
+        off = [vb.load(pps[g], lay["off"]) for g in range(nG)]
+        scale = [vb.load(pps[g], lay["scale"]) for g in range(nG)]
+        with cgutils.for_range(builder, args[1]) as loop:
+            n = loop.index
+            vv = [vb.load(bps[g], n) for g in range(nG)]
+            vv = adaptation_loops_blocks(vb, vv, state, loop_par, nJ, use_limit, round32)
+            for g in range(nG):
+                vb.store(vb.mul(vb.sub(vv[g], off[g]), scale[g]), bps[g], n)
+        for g in range(nG):
+            for j in range(nJ):
+                vb.store(builder.load(state[g][j]), zps[g], lay["s"] + j)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _store_rows(typingctx, ob, m, ntile, yflat, offs):  # noqa: ANN001
+    """Write ``ntile`` tiles of 8 samples of band ``m`` of ``ob (bands, chunk, 8)`` (lanes
+    = channels) to ``yflat[offs[lane] + n]`` (``offs (8,)`` int64; lanes with ``offs <
+    0`` are skipped): each 8 x 8 tile transposed in registers, one vector store (rounded
+    to ``yflat``'s dtype) per lane."""
+    sig = types.none(ob, m, ntile, yflat, offs)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        wide_function(builder)
+        vb = VecBuilder(builder)
+        at = signature.args
+        op = array_ptr(context, builder, at[0], args[0])
+        ety = context.get_value_type(at[3].dtype)
+        vty = ir.VectorType(ety, WIDTH)
+        yp = context.make_array(at[3])(context, builder, args[3]).data
+        offp = context.make_array(at[4])(context, builder, args[4]).data
+        offs = [builder.load(builder.gep(offp, [ir.Constant(_I64, k)])) for k in range(WIDTH)]
+        m0 = builder.mul(args[1], ir.Constant(_I64, _CHUNK))
+        with cgutils.for_range(builder, args[2]) as loop:
+            n = builder.mul(loop.index, ir.Constant(_I64, WIDTH))
+            first = builder.add(m0, n)
+            rows = [vb.load(op, builder.add(first, ir.Constant(_I64, k))) for k in range(WIDTH)]
+            cols = transpose8(builder, rows)
+            for lane in range(WIDTH):
+                ok = builder.icmp_signed(">=", offs[lane], ir.Constant(_I64, 0))
+                with builder.if_then(ok, likely=True):
+                    v = cols[lane] if vty == vb.ty else builder.fptrunc(cols[lane], vty)
+                    ptr = builder.gep(yp, [builder.add(offs[lane], n)])
+                    builder.store(v, builder.bitcast(ptr, vty.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(parallel=True, **_NOPY)
+def _samples_kernel(x, P, Z, PM, ZM, rowoff, y, K, SI, J, G, FLAGS, SP, SL, M1):  # noqa: E501  # pragma: no cover
+    # x (B, T) float64; P (NBp, NP, 8), Z (B, NBp, NZ, 8): front; PM (NBp, NPM, 8), ZM (B,
+    # NBp, NZM, 8): modulation filterbank (modbank_simd layout); rowoff (NBp, M1 + 1, 8):
+    # output row of (block, band, lane), -1 where not written; y (B, R, T)
+    literally(K)
+    literally(SI)
+    literally(J)
+    literally(G)
+    literally(FLAGS)
+    literally(SP)
+    literally(SL)
+    literally(M1)
+    B, R, T = y.shape
+    NG = P.shape[0] // G
+    yflat = y.reshape(-1)
+    for job in prange(B * NG):
+        b = job // NG
+        blk0 = (job - b * NG) * G
+        fp = denormals_off()
+        buf = np.zeros((G, _CHUNK, 8))
+        ob = np.empty((M1 + 1, _CHUNK, 8))
+        offs = np.empty(8, np.int64)
+        xb = x[b]
+        Zb = Z[b]
+        for n0 in range(0, T, _CHUNK):
+            nt = min(_CHUNK, T - n0)
+            for g in range(G):
+                _gt8(xb, n0, nt, P, Zb, buf, blk0 + g, g, K, SI, J)
+            _adapt8(buf, nt, P, Zb, blk0, G, K, SI, J, FLAGS)
+            nt8 = nt // 8
+            for g in range(G):
+                blk = blk0 + g
+                _mod8(buf[g], nt, PM[blk], ZM[b, blk], ob, SP, SL, M1, 0)
+                for m in range(M1 + 1):
+                    for lane in range(8):
+                        r = rowoff[blk, m, lane]
+                        offs[lane] = (b * R + r) * T + n0 if r >= 0 else -1
+                    _store_rows(ob, m, nt8, yflat, offs)
+                    for lane in range(8):
+                        r = rowoff[blk, m, lane]
+                        if r >= 0:
+                            for n in range(nt8 * 8, nt):
+                                y[b, r, n0 + n] = ob[m, n, lane]
+        restore_fp_mode(fp)
+
+
+def supported(plan: object) -> bool:
+    """The register kernel applies: a float32 model (``precise`` off)."""
+    return not plan.precise
+
+
+def _params(plan: object) -> tuple:
+    """Front and modulation parameter blocks, output rows and the block-group size of a
+    :class:`~lhotse_amt.kernels.casp.CASPPooledPlan` (cached on the plan)."""
+    held = getattr(plan, "_simd_params", None)
+    if held is not None:
+        return held
+    C, K, J = plan.C, plan.K, plan.J
+    SI = plan.ihc.shape[0]
+    NB = -(-C // WIDTH)
+    # whole groups (extra blocks repeat channel 0 and are never written): of the group
+    # sizes 2 ... _GROUP (one block alone would leave the divisions' latency exposed) the
+    # one that needs the fewest extra blocks, the larger one on a tie
+    sizes = range(min(2, NB), min(_GROUP, NB) + 1)
+    G = min(sizes, key=lambda g: (-(-NB // g) * g, -g))
+    NBp = -(-NB // G) * G
+    CP = NBp * WIDTH
+    lanes = np.r_[np.arange(C), np.zeros(CP - C, np.int64)]
+    lay = _layout(K, SI, J)
+    Pf = np.zeros((lay["NP"], CP))
+    Pf[lay["pr"]] = plan.pr[lanes]
+    Pf[lay["pi"]] = plan.pi[lanes]
+    Pf[lay["g2"]] = plan.g2[lanes]
+    Pf[lay["minlvl"]] = plan.minlvl
+
+    def sections(P: np.ndarray, off: int, sos: np.ndarray, sign: float = -1.0) -> None:
+        # b0 b1 b2 -a1 -a2 (paulick_simd._sections); b0 b1 b2 a1 a2 (sign 1: _mod8)
+        for s in range(sos.shape[0]):
+            b0, b1, b2, _, a1, a2 = sos[s]
+            P[off + 5 * s : off + 5 * s + 5] = np.array([b0, b1, b2, sign * a1, sign * a2])[:, None]
+
+    sections(Pf, lay["ihc"], plan.ihc)
+    for j in range(J):
+        a, m = plan.aa[j, 0], plan.am[j, 0]
+        loop = [a, 1.0 - a, 2.0 * m, m - 1.0, plan.aq[j, 0], m]
+        Pf[lay["loops"] + _N_LOOP * j : lay["loops"] + _N_LOOP * (j + 1)] = np.array(loop)[:, None]
+    Pf[lay["off"]], Pf[lay["scale"]] = plan.off, plan.scale
+    # modulation filterbank (modbank_simd layout): band lanes -> (channel, band)
+    SP, SL, M1 = plan.pre.shape[0], plan.lp.shape[0], plan.M1 - 1
+    ml = _mod_layout(SP, SL, M1)
+    Pm = np.zeros((ml["NP"], CP))
+    sections(Pm, ml["pre"], plan.pre, 1.0)
+    sections(Pm, ml["lp"], plan.lp, 1.0)
+    Pm[ml["s0"]] = plan.sc0[lanes]
+    rowoff = np.full((M1 + 1, CP), -1, np.int64)
+    first = np.r_[0, np.cumsum(plan.n_bands)[:-1]]
+    rowoff[0, :C] = first
+    isabs = np.arange(plan.L) >= plan.nsig
+    for i, (c, mb) in enumerate(zip(plan.lane_c, plan.lane_m)):
+        row = ml["bands"] + 6 * mb
+        Pm[row : row + 6, c] = (
+            plan.ar[i], plan.ai[i], plan.cr[i], plan.ci[i], 1.0, float(isabs[i]),
+        )  # fmt: skip
+        rowoff[mb + 1, c] = first[c] + mb + 1
+
+    def blocks(a: np.ndarray) -> np.ndarray:  # (rows, CP) -> (NBp, rows, 8)
+        return np.ascontiguousarray(a.reshape(a.shape[0], NBp, WIDTH).transpose(1, 0, 2))
+
+    held = (blocks(Pf), blocks(Pm), blocks(rowoff), G, (SP, SL, M1))
+    plan._simd_params = held
+    return held
+
+
+def samples(plan: object, xn: np.ndarray, y: np.ndarray) -> None:
+    """:func:`lhotse_amt.kernels.casp.casp_samples` (from rest) on ``xn (B, T)`` (float64)
+    into ``y (B, R, T)`` by the register kernel (the same values to float32 rounding)."""
+    Pf, Pm, rowoff, G, (SP, SL, M1) = _params(plan)
+    B = xn.shape[0]
+    NBp = Pf.shape[0]
+    lay = _layout(plan.K, plan.ihc.shape[0], plan.J)
+    Z = np.zeros((B, NBp, lay["NZ"], WIDTH))
+    Z[:, :, lay["s"] : lay["s"] + plan.J] = plan.s0[None, None, :, None]
+    ZM = np.zeros((B, NBp, _mod_layout(SP, SL, M1)["NZ"], WIDTH))
+    flags = int(plan.use_limit) | 2
+    args = (xn, Pf, Z, Pm, ZM, rowoff, y, plan.K, plan.ihc.shape[0], plan.J, G, flags, SP, SL, M1)
+    _call_literal(_samples_kernel, args, 8)
