@@ -1,30 +1,32 @@
-"""The second pass of the King et al. (2019) forward (the phase-insensitive envelopes) with
-the filter states of 8 channels in vector registers.
+"""The King et al. (2019) forward of float32 models with the filter states of 8 channels
+in vector registers (:mod:`lhotse_amt.kernels.simd`).
 
-:func:`lhotse_amt.kernels.king2019._envelope_batch` runs, per phase-insensitive band, the
-band-pass over the band-pass input ``u`` (giving the band output ``b``) and, periodically,
-over its Hilbert transform ``H{u}`` (giving ``H{b}`` after the wrap-around correction),
-and writes ``gain |b + i H{b}|``. Its loops run over the channels innermost, so every
-filter state is loaded and stored once per sample; those memory operations, not the
-arithmetic, set its speed. Here (:mod:`lhotse_amt.kernels.simd`) the channels are cut into
-blocks of 8 (one float64 vector) and each block runs over the signal in chunks of
-``_CHUNK`` samples:
+The channel-vectorised kernels of :mod:`lhotse_amt.kernels.king2019` run their loops
+over the channels innermost, so every filter state is loaded and stored once per sample;
+those memory operations, not the arithmetic, set their speed. Here the channels are cut
+into blocks of 8 (one float64 vector) and each block runs over the signal in chunks of
+``_CHUNK`` samples, the time loop innermost:
 
-1. the chunk of ``u`` and ``H{u}`` of the block's 8 channels is copied into two buffers
-   ``(chunk, 8)`` (float64);
-2. band by band, the two band-pass cascades, the wrap-around correction and the envelope
-   run with their states in registers (time innermost), into a buffer ``(chunk, 8)``;
-3. each band's buffer is written to its output rows as 8 x 8 tiles transposed in
-   registers (:func:`lhotse_amt.kernels.modbank_simd._store_tiles`).
+**First pass** (:func:`samples`; :func:`lhotse_amt.kernels.king2019._king_item`): per
+chunk, gammatone, compression (the inline ``pow`` of float32 models, as a vector
+function), half-wave rectification, IHC low-pass and the post filters into a buffer
+``(chunk, 8)`` (:func:`_front8`); the modulation band-passes, two per pass over the
+buffer, into ``(bands, chunk, 8)`` (:func:`_bands8`, with the sums the rms matching needs);
+each written band and the band-pass input go to their output rows as 8 x 8 tiles
+transposed in registers (:func:`lhotse_amt.kernels.modbank_simd._store_tiles`).
 
-The periodic initial states come from a pass over the last ``L`` samples of ``H{u}`` from
-rest (the same kernel, the ``H{u}`` cascade only), mapped by ``Q``
+**Envelope pass** (:func:`envelopes`; :func:`lhotse_amt.kernels.king2019._envelope_item`):
+per chunk, ``u`` and ``H{u}`` of the block's 8 channels are copied into two buffers;
+band by band, the band-pass over ``u`` (the band output ``b``) and, periodically, over
+``H{u}`` (``H{b}`` after the wrap-around correction) and the envelope ``gain |b + i H{b}|``
+run with their states in registers; the periodic initial states come from a pass over
+the last ``L`` samples of ``H{u}`` from rest, mapped by ``Q``
 (:func:`lhotse_amt.kernels.king2019.periodic_state_maps`).
 
-Each output sample has the arithmetic of :func:`lhotse_amt.kernels.king2019._envelope_item`
-in the same order, with explicit fused multiply-adds in the cascades and the correction
-(the results agree to ~1e-12 relative in float64; the envelope ``sqrt`` is taken in the
-output's precision, as there).
+Each output sample has the arithmetic of the channel-vectorised kernels in the same
+order, with explicit fused multiply-adds (the results agree to ~1e-12 relative in float64
+and to float32 rounding in float32; the envelope ``sqrt`` is taken in the output's
+precision, as there).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from .modbank_simd import _store_tiles
 from .paulick_simd import _call_literal, _lits, _sections
 from .simd import WIDTH, VecBuilder, array_ptr, wide_function
 
-__all__ = ["envelopes"]
+__all__ = ["envelopes", "samples", "supported"]
 
 _NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
 _I64 = ir.IntType(64)

@@ -10,8 +10,9 @@ model units (MU).
 
 **Inference** (no autograd, CPU, no ``return_stages``, ``efilt`` bands): one fused
 kernel runs the whole chain and writes each channel's bands straight into the output
-(:mod:`lhotse_amt.kernels.casp`: float64 recursions whatever the model dtype); otherwise
-the stages run one by one.
+(:mod:`lhotse_amt.kernels.casp`: float64 recursions whatever the model dtype; for
+float32 models with the states of 8 channels in vector registers,
+:mod:`lhotse_amt.kernels.casp_simd`); otherwise the stages run one by one.
 
 References: T. Dau, B. Kollmeier, A. Kohlrausch (1997), JASA 102, 2892-2905;
 T. Dau, D. Püschel, A. Kohlrausch (1996), JASA 99, 3615-3622; AMT ``dau1997``.

@@ -25,10 +25,11 @@ are not and run only in :meth:`forward`.
 **Inference** (no autograd, CPU, no ``return_stages``, second-order-section band-passes):
 one fused kernel runs every stage up to the modulation filterbank and writes the band
 outputs straight into the output (:mod:`lhotse_amt.kernels.king2019`: float64 recursions
-whatever the model dtype). The phase insensitivity then needs one Hilbert transform per
-channel (of the band-pass input) instead of one per band output: ``H{F(u)}`` is ``F``
-run periodically over ``H{u}`` minus a wrap-around term, the same numbers as the FFT of
-each band output to ~1e-11 (float64).
+whatever the model dtype; for float32 models with the states of 8 channels in vector
+registers, :mod:`lhotse_amt.kernels.king2019_simd`). The phase insensitivity then needs
+one Hilbert transform per channel (of the band-pass input) instead of one per band
+output: ``H{F(u)}`` is ``F`` run periodically over ``H{u}`` minus a wrap-around term, the
+same numbers as the FFT of each band output to ~1e-11 (float64).
 
 Reference: A. King, L. Varnet, C. Lorenzi (2019), "Accounting for masking of frequency
 modulation by amplitude modulation with the modulation filter-bank concept", JASA 145,

@@ -28,7 +28,9 @@ in AMT. :meth:`forward` does exactly this in one call.
 **Inference** (no autograd, CPU, no ``return_stages``): after the ear filters one fused
 kernel runs gammatone, IHC, adaptation loops and modulation filterbank and writes each
 channel's bands straight into the output (:mod:`lhotse_amt.kernels.casp`: float64
-recursions whatever the model dtype); otherwise the stages run one by one.
+recursions whatever the model dtype; for float32 models with the states of 8 channels
+in vector registers, :mod:`lhotse_amt.kernels.casp_simd`); otherwise the stages run one
+by one.
 
 References: A. Osses Vecchi, A. Kohlrausch (2021), JASA 149, 3534-3552; M. L. Jepsen,
 S. D. Ewert, T. Dau (2008), JASA 124, 422-438; J. Breebaart, S. van de Par, A. Kohlrausch
