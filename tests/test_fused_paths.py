@@ -1,7 +1,8 @@
 """Fused pooled CPU feature paths (Dau1997, Osses2021, King2019 extractors; kernels in
-:mod:`lhotse_amt.kernels.casp` and :mod:`lhotse_amt.kernels.king2019`): equal to the
-stage-wise paths, chunked == one-shot, batch == single; and the kernels' inline
-exp / log against numpy."""
+:mod:`lhotse_amt.kernels.casp` and :mod:`lhotse_amt.kernels.king2019`, the register
+kernels of float32 models in ``casp_simd`` and ``king2019_simd``): equal to the
+stage-wise paths, chunked == one-shot, batch == single, register == channel-vectorised
+kernels; and the kernels' inline exp / log against numpy."""
 
 from __future__ import annotations
 
@@ -103,6 +104,34 @@ def test_fused_chunked_equals_one_shot(case: str) -> None:
     a = _extractor(case, dtype="float64", chunk_duration=0.05).extract(x, FS)
     b = _extractor(case, dtype="float64", chunk_duration=10.0).extract(x, FS)
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * np.abs(b).max())
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c.startswith("king")])
+def test_casp_register_pooled_kernel(case: str, monkeypatch) -> None:
+    """float32 Dau1997/Osses2021 extractors run the register kernel fused with the frame
+    pooling: equal to the channel-vectorised kernel to float32 rounding, chunked (its
+    states carried in its own layout) equal to one shot, batch items of different
+    lengths equal to single items."""
+    from lhotse_amt.kernels import casp_simd, modbank_simd
+
+    calls = []
+    orig = casp_simd.pooled
+    monkeypatch.setattr(casp_simd, "pooled", lambda *a: calls.append(1) or orig(*a))
+    xs = [_signal(0.93, seed=1), _signal(0.4137, seed=6)]
+    simd = _extractor(case, chunk_duration=0.05).extract_batch(xs, FS)
+    assert calls
+    monkeypatch.setattr(modbank_simd, "ENABLED", False)
+    n = len(calls)
+    lanes = _extractor(case, chunk_duration=0.05).extract_batch(xs, FS)
+    assert len(calls) == n
+    monkeypatch.setattr(modbank_simd, "ENABLED", True)
+    for x, a, b in zip(xs, simd, lanes):
+        one_shot = _extractor(case, chunk_duration=10.0).extract(x, FS)
+        assert a.shape == b.shape == one_shot.shape
+        assert _rel(a, b) <= 3e-7
+        # (Osses2021's float32 ear filters alone differ by ~4e-6 between chunked and one
+        # shot, whichever kernel follows them)
+        assert _rel(a, one_shot) <= 1e-5
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -401,11 +401,20 @@ def casp_pooled(
 
     Returns the block sums ``(B, C, M + 1, ceil(T / hop))`` (of squares if ``square``;
     zero for bands a channel lacks; band 0 is the low-pass band) and the new state (numpy
-    arrays in this function's own layout, see :meth:`CASPPooledPlan.initial_state`; the
-    input state is not modified).
+    arrays in this function's own layout, see :meth:`CASPPooledPlan.initial_state`, or
+    that of :func:`lhotse_amt.kernels.casp_simd.pooled` for float32 models; the input
+    state is not modified).
     """
     _threads()
     xn = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
+    from . import casp_simd, modbank_simd
+
+    # the register kernel (float32 models) keeps its own state layout: a stream stays
+    # with the kernel that started it
+    simd = modbank_simd.ENABLED if state is None else "front" in state
+    if simd and casp_simd.supported(plan):
+        sums, new = casp_simd.pooled(plan, xn, state, hop, np.asarray(ends, np.int64), square)
+        return torch.from_numpy(sums), new
     B, T = xn.shape
     st = plan.initial_state(B) if state is None else {k: v.copy() for k, v in state.items()}
     nblk = -(-T // hop)

@@ -17,7 +17,10 @@ vector) and groups of ``G`` blocks; each group runs over the signal in chunks of
 3. per block: the modulation filterbank of
    :func:`lhotse_amt.kernels.modbank_simd._mod8` (pre-filter, low-pass band, resonators;
    a channel's missing bands have scale 0 and are not written);
-4. each band is written to its output rows as 8 x 8 tiles transposed in registers.
+4. each band is written to its output rows as 8 x 8 tiles transposed in registers
+   (:func:`samples`, the model forward), or summed over the frames' blocks of samples in
+   registers (:func:`pooled`, the features of the ``amt-dau1997`` and ``amt-osses2021``
+   extractors, whose chunks carry this kernel's states).
 
 Used for float32 models (float64 ones keep the library ``exp`` and ``sqrt`` of the
 channel-vectorised kernel); the arithmetic is that kernel's with explicit fused
@@ -38,7 +41,7 @@ from .modbank_simd import _layout as _mod_layout
 from .paulick_simd import _block_ptr, _call_literal, _lits, _sections, adaptation_loops_blocks
 from .simd import WIDTH, VecBuilder, array_ptr, transpose8, wide_function
 
-__all__ = ["samples", "supported"]
+__all__ = ["pooled", "samples", "supported"]
 
 _NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
 _I64 = ir.IntType(64)
@@ -324,3 +327,133 @@ def samples(plan: object, xn: np.ndarray, y: np.ndarray) -> None:
     flags = int(plan.use_limit) | 2
     args = (xn, Pf, Z, Pm, ZM, rowoff, y, plan.K, plan.ihc.shape[0], plan.J, G, flags, SP, SL, M1)
     _call_literal(_samples_kernel, args, 8)
+
+
+@intrinsic
+def _acc8(typingctx, ob, m, na, nb, acc, SQUARE):  # noqa: ANN001
+    """``acc[m] += sum_{na <= n < nb} ob[m, n]`` (of squares with ``SQUARE`` 1) for ``ob
+    (bands, chunk, 8)`` and ``acc (bands, 8)``, the sum in a register, in sample order."""
+    lit = _lits(SQUARE)
+    if lit is None:
+        return None
+    square = bool(lit[0])
+    sig = types.none(ob, m, na, nb, acc, SQUARE)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        wide_function(builder)
+        vb = VecBuilder(builder)
+        at = signature.args
+        op = array_ptr(context, builder, at[0], args[0])
+        ap = array_ptr(context, builder, at[4], args[4])
+        m, na, nb = args[1], args[2], args[3]
+        base = builder.mul(m, ir.Constant(_I64, _CHUNK))
+        s = vb.var(vb.load(ap, m))
+        one = ir.Constant(_I64, 1)
+        with cgutils.for_range_slice(builder, na, nb, one, inc=True) as (n, _):
+            q = vb.load(op, builder.add(base, n))
+            old = builder.load(s)
+            builder.store(vb.fma(q, q, old) if square else vb.add(old, q), s)
+        vb.store(builder.load(s), ap, m)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(parallel=True, **_NOPY)
+def _pooled_kernel(
+    x, ends, hop, P, Z, PM, ZM, rowoff, sums, K, SI, J, G, FLAGS, SP, SL, M1, SQUARE
+):  # noqa: E501  # pragma: no cover
+    # as _samples_kernel, but every band is summed (squared with SQUARE) over blocks of
+    # hop samples into sums (B, C, M1 + 1, nblk) instead of written; item b stops at
+    # ends[b] (its states are those after sample ends[b] - 1, as the channel-vectorised
+    # kernel's)
+    literally(K)
+    literally(SI)
+    literally(J)
+    literally(G)
+    literally(FLAGS)
+    literally(SP)
+    literally(SL)
+    literally(M1)
+    literally(SQUARE)
+    B, T = x.shape
+    NG = P.shape[0] // G
+    for job in prange(B * NG):
+        b = job // NG
+        blk0 = (job - b * NG) * G
+        fp = denormals_off()
+        buf = np.zeros((G, _CHUNK, 8))
+        ob = np.empty((M1 + 1, _CHUNK, 8))
+        acc = np.zeros((G, M1 + 1, 8))
+        seg = np.empty((_CHUNK + 2, 3), np.int64)  # start, stop, closes a block
+        xb = x[b]
+        Zb = Z[b]
+        Tb = min(T, ends[b])
+        cnt = 0  # samples of the current block so far
+        blk_out = 0  # index of the current block
+        for n0 in range(0, Tb, _CHUNK):
+            nt = min(_CHUNK, Tb - n0)
+            # the chunk cut at block ends (the same for every band and channel)
+            ns = 0
+            start = 0
+            while start < nt:
+                stop = min(nt, start + hop - cnt)
+                closes = stop == start + hop - cnt or n0 + stop == Tb
+                seg[ns, 0] = start
+                seg[ns, 1] = stop
+                seg[ns, 2] = 1 if closes else 0
+                ns += 1
+                cnt = 0 if closes else cnt + stop - start
+                start = stop
+            for g in range(G):
+                _gt8(xb, n0, nt, P, Zb, buf, blk0 + g, g, K, SI, J)
+            _adapt8(buf, nt, P, Zb, blk0, G, K, SI, J, FLAGS)
+            for g in range(G):
+                blk = blk0 + g
+                _mod8(buf[g], nt, PM[blk], ZM[b, blk], ob, SP, SL, M1, 0)
+                ag = acc[g]
+                f = blk_out
+                for k in range(ns):
+                    for m in range(M1 + 1):
+                        _acc8(ob, m, seg[k, 0], seg[k, 1], ag, SQUARE)
+                    if seg[k, 2]:
+                        for m in range(M1 + 1):
+                            for lane in range(8):
+                                if rowoff[blk, m, lane] >= 0:
+                                    sums[b, blk * 8 + lane, m, f] = ag[m, lane]
+                                ag[m, lane] = 0.0
+                        f += 1
+            for k in range(ns):
+                blk_out += seg[k, 2]
+        restore_fp_mode(fp)
+
+
+def pooled(
+    plan: object,
+    xn: np.ndarray,
+    state: dict | None,
+    hop: int,
+    ends: np.ndarray,
+    square: bool,
+) -> tuple[np.ndarray, dict]:
+    """:func:`lhotse_amt.kernels.casp.casp_pooled` by the register kernel: the block
+    sums ``(B, C, M + 1, ceil(T / hop))`` of the chain on ``xn (B, T)`` (float64) from
+    ``state`` (this function's layout, ``None``: from rest) and the new state."""
+    Pf, Pm, rowoff, G, (SP, SL, M1) = _params(plan)
+    B, T = xn.shape
+    NBp = Pf.shape[0]
+    if state is None:
+        lay = _layout(plan.K, plan.ihc.shape[0], plan.J)
+        Z = np.zeros((B, NBp, lay["NZ"], WIDTH))
+        Z[:, :, lay["s"] : lay["s"] + plan.J] = plan.s0[None, None, :, None]
+        ZM = np.zeros((B, NBp, _mod_layout(SP, SL, M1)["NZ"], WIDTH))
+    else:
+        Z, ZM = state["front"].copy(), state["mod"].copy()
+    sums = np.zeros((B, plan.C, M1 + 1, -(-T // hop)))
+    flags = int(plan.use_limit) | 2
+    args = (
+        xn, np.asarray(ends, np.int64), int(hop), Pf, Z, Pm, ZM, rowoff, sums,
+        plan.K, plan.ihc.shape[0], plan.J, G, flags, SP, SL, M1, int(bool(square)),
+    )  # fmt: skip
+    _call_literal(_pooled_kernel, args, 9)
+    return sums, {"front": Z, "mod": ZM}
