@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from . import casp_simd, modbank_simd
 from .cpu import _threads, adaptation_loops_lanes
 from .fastmath import KERNEL_OPTS, denormals_off, restore_fp_mode
 
@@ -372,6 +373,8 @@ class CASPPooledPlan:
         if not np.array_equal(band, np.arange(cm.size) - off[ch]):
             raise ValueError("the fused kernel needs each channel's bands to be 0 ... n - 1")
         self.kcol = np.where(kcol >= 0, off[kcol // M1] + kcol % M1, -1).astype(np.int64)
+        #: parameter blocks of the register kernels (:mod:`.casp_simd`), built on first use
+        self.register_params: tuple | None = None
 
     def initial_state(self, B: int) -> dict[str, np.ndarray]:
         """Zero filter states and the adaptation loops at rest (``B`` items)."""
@@ -407,8 +410,6 @@ def casp_pooled(
     """
     _threads()
     xn = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
-    from . import casp_simd, modbank_simd
-
     # the register kernel (float32 models) keeps its own state layout: a stream stays
     # with the kernel that started it
     simd = modbank_simd.ENABLED if state is None else "front" in state
@@ -448,8 +449,6 @@ def casp_samples(plan: CASPPooledPlan, x: torch.Tensor, out: torch.Tensor) -> No
         raise ValueError(f"out must be contiguous {(B, R, T)}, got {tuple(out.shape)}")
     p = plan
     xn = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
-    from . import casp_simd, modbank_simd
-
     if modbank_simd.ENABLED and casp_simd.supported(p):
         casp_simd.samples(p, xn, out.numpy())
         return

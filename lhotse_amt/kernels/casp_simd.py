@@ -255,7 +255,7 @@ def supported(plan: object) -> bool:
 def _params(plan: object) -> tuple:
     """Front and modulation parameter blocks, output rows and the block-group size of a
     :class:`~lhotse_amt.kernels.casp.CASPPooledPlan` (cached on the plan)."""
-    held = getattr(plan, "_simd_params", None)
+    held = plan.register_params
     if held is not None:
         return held
     C, K, J = plan.C, plan.K, plan.J
@@ -310,7 +310,7 @@ def _params(plan: object) -> tuple:
         return np.ascontiguousarray(a.reshape(a.shape[0], NBp, WIDTH).transpose(1, 0, 2))
 
     held = (blocks(Pf), blocks(Pm), blocks(rowoff), G, (SP, SL, M1))
-    plan._simd_params = held
+    plan.register_params = held
     return held
 
 

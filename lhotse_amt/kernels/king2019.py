@@ -31,8 +31,7 @@ import torch
 from numba import njit, prange
 
 from .. import _alloc
-from . import king2019_simd as plan_simd
-from . import modbank_simd as _simd
+from . import king2019_simd, modbank_simd
 from .casp import _F, _WRITE_BLOCK, _flush, _pad8
 from .cpu import _threads
 from .fastmath import denormals_off, pow_pos_inline, restore_fp_mode
@@ -268,6 +267,8 @@ class KingPooledPlan:
         # the last signal length's periodic_terms (repeated lengths are the rule: fixed
         # stimuli, fixed-length chunks); a tuple, replaced whole (threads may share)
         self._length_terms: tuple | None = None
+        #: parameter blocks of the register kernels (:mod:`.king2019_simd`), built on first use
+        self.register_params: np.ndarray | None = None
 
     def periodic_terms(
         self, bands: list[int], N: int
@@ -359,8 +360,8 @@ def king_samples(
     direct = [m for m in bands if m not in lin]
     xn = _alloc.empty((B, T), np.float64)
     xn[...] = x.detach().cpu().numpy()
-    if _simd.ENABLED and plan_simd.supported(p):
-        zf, pis = plan_simd.samples(p, xn, out.numpy(), lin)
+    if modbank_simd.ENABLED and king2019_simd.supported(p):
+        zf, pis = king2019_simd.samples(p, xn, out.numpy(), lin)
     else:
         zf, pis = _samples_by_lanes(p, xn, out, lin)
     if direct:
@@ -670,11 +671,11 @@ def _hilbert_envelopes_(
     den = sb + np.maximum(sh, 0.0)
     gain = np.where(den > 0.0, np.sqrt(sb / np.where(den > 0.0, den, 1.0)), 0.0)
     gain = np.ascontiguousarray(gain, out.numpy().dtype)
-    if _simd.ENABLED:
+    if modbank_simd.ENABLED:
         yn = out.numpy()
         un = yn[:, :, bands[0]]
         hn = yn[:, :, bands[1]] if len(bands) > 1 else hrows.numpy()
-        plan_simd.envelopes(plan.bank, bands, Q, L, gam.numpy(), zf, gain, un, hn, yn)
+        king2019_simd.envelopes(plan.bank, bands, Q, L, gam.numpy(), zf, gain, un, hn, yn)
         return
     kb = np.ascontiguousarray(plan.kcol.reshape(M, plan.P)[lin_a])  # kb[i]: _band_rows
     _envelope_batch(

@@ -553,9 +553,9 @@ def samples(
     SI, SO = plan.ihc.shape[1], plan.post.shape[1]
     M, S = plan.bank.shape[:2]
     lay = _front_layout(plan.K, SI, SO, M, S)
-    P = getattr(plan, "_simd_params", None)
+    P = plan.register_params
     if P is None:
-        P = plan._simd_params = _front_params(plan)
+        P = plan.register_params = _front_params(plan)
     NB = P.shape[0]
     Z = np.zeros((B, NB, lay["NZ"], WIDTH))
     written = np.asarray([m not in lin for m in range(M)], np.bool_)
