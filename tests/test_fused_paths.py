@@ -106,17 +106,18 @@ def test_fused_chunked_equals_one_shot(case: str) -> None:
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * np.abs(b).max())
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if not c.startswith("king")])
-def test_casp_register_pooled_kernel(case: str, monkeypatch) -> None:
-    """float32 Dau1997/Osses2021 extractors run the register kernel fused with the frame
-    pooling: equal to the channel-vectorised kernel to float32 rounding, chunked (its
-    states carried in its own layout) equal to one shot, batch items of different
-    lengths equal to single items."""
-    from lhotse_amt.kernels import casp_simd, modbank_simd
+@pytest.mark.parametrize("case", list(CASES))
+def test_register_pooled_kernel(case: str, monkeypatch) -> None:
+    """float32 extractors run the register kernel fused with the frame pooling: equal to
+    the channel-vectorised kernel to float32 rounding, chunked (its states carried in its
+    own layout) equal to one shot, batch items of different lengths equal to single
+    items."""
+    from lhotse_amt.kernels import casp_simd, king2019_simd, modbank_simd
 
     calls = []
-    orig = casp_simd.pooled
-    monkeypatch.setattr(casp_simd, "pooled", lambda *a: calls.append(1) or orig(*a))
+    kernel = king2019_simd if case.startswith("king") else casp_simd
+    orig = kernel.pooled
+    monkeypatch.setattr(kernel, "pooled", lambda *a: calls.append(1) or orig(*a))
     xs = [_signal(0.93, seed=1), _signal(0.4137, seed=6)]
     simd = _extractor(case, chunk_duration=0.05).extract_batch(xs, FS)
     assert calls

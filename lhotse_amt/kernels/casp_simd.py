@@ -41,7 +41,7 @@ from .modbank_simd import _layout as _mod_layout
 from .paulick_simd import _block_ptr, _call_literal, _lits, _sections, adaptation_loops_blocks
 from .simd import WIDTH, VecBuilder, array_ptr, transpose8, wide_function
 
-__all__ = ["pooled", "samples", "supported"]
+__all__ = ["acc8", "block_segments", "pooled", "samples", "supported"]
 
 _NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
 _I64 = ir.IntType(64)
@@ -330,9 +330,10 @@ def samples(plan: object, xn: np.ndarray, y: np.ndarray) -> None:
 
 
 @intrinsic
-def _acc8(typingctx, ob, m, na, nb, acc, SQUARE):  # noqa: ANN001
+def acc8(typingctx, ob, m, na, nb, acc, SQUARE):  # noqa: ANN001
     """``acc[m] += sum_{na <= n < nb} ob[m, n]`` (of squares with ``SQUARE`` 1) for ``ob
-    (bands, chunk, 8)`` and ``acc (bands, 8)``, the sum in a register, in sample order."""
+    (bands, chunk, 8)`` and ``acc (bands, 8)`` (float64, C-contiguous), the sum in a
+    register, in sample order."""
     lit = _lits(SQUARE)
     if lit is None:
         return None
@@ -346,7 +347,8 @@ def _acc8(typingctx, ob, m, na, nb, acc, SQUARE):  # noqa: ANN001
         op = array_ptr(context, builder, at[0], args[0])
         ap = array_ptr(context, builder, at[4], args[4])
         m, na, nb = args[1], args[2], args[3]
-        base = builder.mul(m, ir.Constant(_I64, _CHUNK))
+        ary = context.make_array(at[0])(context, builder, args[0])
+        base = builder.mul(m, builder.extract_value(ary.shape, 1))
         s = vb.var(vb.load(ap, m))
         one = ir.Constant(_I64, 1)
         with cgutils.for_range_slice(builder, na, nb, one, inc=True) as (n, _):
@@ -357,6 +359,26 @@ def _acc8(typingctx, ob, m, na, nb, acc, SQUARE):  # noqa: ANN001
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@njit(inline="always", **_NOPY)
+def block_segments(n0, nt, Tb, hop, cnt, seg):  # pragma: no cover - compiled
+    # the samples n0 .. n0 + nt of a signal pooled over blocks of hop samples (the last
+    # block ends at sample Tb - 1), cnt samples of the current block before n0, cut at
+    # the block ends: seg[k] = (start, stop, 1 where the segment closes a block), k < ns
+    # (seg: at least nt // hop + 2 rows). Returns ns and the count after the chunk
+    ns = 0
+    start = 0
+    while start < nt:
+        stop = min(nt, start + hop - cnt)
+        closes = stop == start + hop - cnt or n0 + stop == Tb
+        seg[ns, 0] = start
+        seg[ns, 1] = stop
+        seg[ns, 2] = 1 if closes else 0
+        ns += 1
+        cnt = 0 if closes else cnt + stop - start
+        start = stop
+    return ns, cnt
 
 
 @njit(parallel=True, **_NOPY)
@@ -394,17 +416,7 @@ def _pooled_kernel(
         for n0 in range(0, Tb, _CHUNK):
             nt = min(_CHUNK, Tb - n0)
             # the chunk cut at block ends (the same for every band and channel)
-            ns = 0
-            start = 0
-            while start < nt:
-                stop = min(nt, start + hop - cnt)
-                closes = stop == start + hop - cnt or n0 + stop == Tb
-                seg[ns, 0] = start
-                seg[ns, 1] = stop
-                seg[ns, 2] = 1 if closes else 0
-                ns += 1
-                cnt = 0 if closes else cnt + stop - start
-                start = stop
+            ns, cnt = block_segments(n0, nt, Tb, hop, cnt, seg)
             for g in range(G):
                 _gt8(xb, n0, nt, P, Zb, buf, blk0 + g, g, K, SI, J)
             _adapt8(buf, nt, P, Zb, blk0, G, K, SI, J, FLAGS)
@@ -415,7 +427,7 @@ def _pooled_kernel(
                 f = blk_out
                 for k in range(ns):
                     for m in range(M1 + 1):
-                        _acc8(ob, m, seg[k, 0], seg[k, 1], ag, SQUARE)
+                        acc8(ob, m, seg[k, 0], seg[k, 1], ag, SQUARE)
                     if seg[k, 2]:
                         for m in range(M1 + 1):
                             for lane in range(8):

@@ -317,6 +317,12 @@ def king_pooled(
     modified)."""
     _threads()
     xn = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
+    # the register kernel (float32 models) keeps its own state layout: a stream stays
+    # with the kernel that started it
+    simd = modbank_simd.ENABLED if state is None else "front" in state
+    if simd and king2019_simd.supported(plan):
+        sums, new = king2019_simd.pooled(plan, xn, state, hop, np.asarray(ends, np.int64), square)
+        return torch.from_numpy(sums), new
     B, T = xn.shape
     st = plan.initial_state(B) if state is None else {k: v.copy() for k, v in state.items()}
     nblk = -(-T // hop)

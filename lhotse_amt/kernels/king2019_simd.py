@@ -14,6 +14,9 @@ function), half-wave rectification, IHC low-pass and the post filters into a buf
 buffer, into ``(bands, chunk, 8)`` (:func:`_bands8`, with the sums the rms matching needs);
 each written band and the band-pass input go to their output rows as 8 x 8 tiles
 transposed in registers (:func:`lhotse_amt.kernels.modbank_simd._store_tiles`).
+:func:`pooled` (the ``amt-king2019`` features, :func:`lhotse_amt.kernels.king2019.
+king_pooled`) runs the same two steps and sums every band over the frames' blocks of
+samples in registers instead (its chunks carry this kernel's states).
 
 **Envelope pass** (:func:`envelopes`; :func:`lhotse_amt.kernels.king2019._envelope_item`):
 per chunk, ``u`` and ``H{u}`` of the block's 8 channels are copied into two buffers;
@@ -37,12 +40,13 @@ from numba import literally, njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .casp_simd import acc8, block_segments
 from .fastmath import denormals_off, restore_fp_mode
 from .modbank_simd import _store_tiles
 from .paulick_simd import _call_literal, _lits, _sections
 from .simd import WIDTH, VecBuilder, array_ptr, wide_function
 
-__all__ = ["envelopes", "samples", "supported"]
+__all__ = ["envelopes", "pooled", "samples", "supported"]
 
 _NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
 _I64 = ir.IntType(64)
@@ -569,3 +573,76 @@ def samples(
     bank = np.ascontiguousarray(zb.transpose(0, 3, 1, 2, 4))
     pis = np.ascontiguousarray(Zl[:, lay["sums"] :].reshape(B, M, 3, -1).transpose(0, 2, 1, 3))
     return bank, pis
+
+
+@njit(parallel=True, **_NOPY)
+def _pooled_kernel(x, ends, hop, P, Z, sums, K, SI, SO, M, S, NG, SQUARE):  # noqa: E501  # pragma: no cover
+    # the first pass without outputs: every band (gain, |.| where flagged) summed (squared
+    # with SQUARE) over blocks of hop samples into sums (B, C, M, nblk); item b stops at
+    # ends[b] (its states are those after sample ends[b] - 1, as the channel-vectorised
+    # kernel's)
+    literally(K)
+    literally(SI)
+    literally(SO)
+    literally(M)
+    literally(S)
+    literally(NG)
+    literally(SQUARE)
+    B, T = x.shape
+    C = sums.shape[1]
+    NB = P.shape[0]
+    for job in prange(B * NB):
+        b = job // NB
+        blk = job - b * NB
+        c0 = blk * 8
+        nl = min(8, C - c0)
+        fp = denormals_off()
+        ub = np.zeros((_CHUNK, 8))
+        ob = np.empty((M, _CHUNK, 8))
+        acc = np.zeros((M, 8))
+        seg = np.empty((_CHUNK + 2, 3), np.int64)
+        xb = x[b]
+        Pj = P[blk]
+        Zj = Z[b, blk]
+        Tb = min(T, ends[b])
+        cnt = 0
+        f = 0
+        for n0 in range(0, Tb, _CHUNK):
+            nt = min(_CHUNK, Tb - n0)
+            ns, cnt = block_segments(n0, nt, Tb, hop, cnt, seg)
+            _front8(xb, n0, nt, Pj, Zj, ub, K, SI, SO, M, S)
+            _bands8(ub, n0, nt, Pj, Zj, ob, K, SI, SO, M, S, NG, 0)
+            for k in range(ns):
+                for m in range(M):
+                    acc8(ob, m, seg[k, 0], seg[k, 1], acc, SQUARE)
+                if seg[k, 2]:
+                    for m in range(M):
+                        for lane in range(8):
+                            if lane < nl:
+                                sums[b, c0 + lane, m, f] = acc[m, lane]
+                            acc[m, lane] = 0.0
+                    f += 1
+        restore_fp_mode(fp)
+
+
+def pooled(
+    plan: object, xn: np.ndarray, state: dict | None, hop: int, ends: np.ndarray, square: bool
+) -> tuple[np.ndarray, dict]:
+    """:func:`lhotse_amt.kernels.king2019.king_pooled` by the register kernel: the block
+    sums ``(B, C, M, ceil(T / hop))`` of the chain on ``xn (B, T)`` (float64) from
+    ``state`` (this function's layout; ``None``: from rest) and the new state."""
+    B, T = xn.shape
+    SI, SO = plan.ihc.shape[1], plan.post.shape[1]
+    M, S = plan.bank.shape[:2]
+    P = plan.register_params
+    if P is None:
+        P = plan.register_params = _front_params(plan)
+    lay = _front_layout(plan.K, SI, SO, M, S)
+    Z = np.zeros((B, P.shape[0], lay["NZ"], WIDTH)) if state is None else state["front"].copy()
+    sums = np.zeros((B, plan.C, M, -(-T // hop)))
+    args = (
+        xn, np.asarray(ends, np.int64), int(hop), P, Z, sums,
+        plan.K, SI, SO, M, S, _BAND_GROUP, int(bool(square)),
+    )  # fmt: skip
+    _call_literal(_pooled_kernel, args, 7)
+    return sums, {"front": Z}
