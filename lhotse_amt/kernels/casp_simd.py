@@ -39,7 +39,7 @@ from .fastmath import denormals_off, restore_fp_mode
 from .modbank_simd import _CHUNK, _mod8
 from .modbank_simd import _layout as _mod_layout
 from .paulick_simd import _block_ptr, _call_literal, _lits, _sections, adaptation_loops_blocks
-from .simd import WIDTH, VecBuilder, array_ptr, transpose8, wide_function
+from .simd import WIDTH, VecBuilder, array_ptr, store_tiles, wide_function
 
 __all__ = ["acc8", "block_segments", "pooled", "samples", "supported"]
 
@@ -165,41 +165,6 @@ def _adapt8(typingctx, buf, nt, P, Z, blk0, G, K, SI, J, FLAGS):  # noqa: ANN001
     return sig, codegen
 
 
-@intrinsic
-def _store_rows(typingctx, ob, m, ntile, yflat, offs):  # noqa: ANN001
-    """Write ``ntile`` tiles of 8 samples of band ``m`` of ``ob (bands, chunk, 8)`` (lanes
-    = channels) to ``yflat[offs[lane] + n]`` (``offs (8,)`` int64; lanes with ``offs <
-    0`` are skipped): each 8 x 8 tile transposed in registers, one vector store (rounded
-    to ``yflat``'s dtype) per lane."""
-    sig = types.none(ob, m, ntile, yflat, offs)
-
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        wide_function(builder)
-        vb = VecBuilder(builder)
-        at = signature.args
-        op = array_ptr(context, builder, at[0], args[0])
-        ety = context.get_value_type(at[3].dtype)
-        vty = ir.VectorType(ety, WIDTH)
-        yp = context.make_array(at[3])(context, builder, args[3]).data
-        offp = context.make_array(at[4])(context, builder, args[4]).data
-        offs = [builder.load(builder.gep(offp, [ir.Constant(_I64, k)])) for k in range(WIDTH)]
-        m0 = builder.mul(args[1], ir.Constant(_I64, _CHUNK))
-        with cgutils.for_range(builder, args[2]) as loop:
-            n = builder.mul(loop.index, ir.Constant(_I64, WIDTH))
-            first = builder.add(m0, n)
-            rows = [vb.load(op, builder.add(first, ir.Constant(_I64, k))) for k in range(WIDTH)]
-            cols = transpose8(builder, rows)
-            for lane in range(WIDTH):
-                ok = builder.icmp_signed(">=", offs[lane], ir.Constant(_I64, 0))
-                with builder.if_then(ok, likely=True):
-                    v = cols[lane] if vty == vb.ty else builder.fptrunc(cols[lane], vty)
-                    ptr = builder.gep(yp, [builder.add(offs[lane], n)])
-                    builder.store(v, builder.bitcast(ptr, vty.as_pointer()), align=4)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
 @njit(parallel=True, **_NOPY)
 def _samples_kernel(x, P, Z, PM, ZM, rowoff, y, K, SI, J, G, FLAGS, SP, SL, M1):  # noqa: E501  # pragma: no cover
     # x (B, T) float64; P (NBp, NP, 8), Z (B, NBp, NZ, 8): front; PM (NBp, NPM, 8), ZM (B,
@@ -238,7 +203,7 @@ def _samples_kernel(x, P, Z, PM, ZM, rowoff, y, K, SI, J, G, FLAGS, SP, SL, M1):
                     for lane in range(8):
                         r = rowoff[blk, m, lane]
                         offs[lane] = (b * R + r) * T + n0 if r >= 0 else -1
-                    _store_rows(ob, m, nt8, yflat, offs)
+                    store_tiles(ob, m, nt8, yflat, offs)
                     for lane in range(8):
                         r = rowoff[blk, m, lane]
                         if r >= 0:

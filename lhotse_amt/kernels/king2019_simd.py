@@ -13,7 +13,7 @@ function), half-wave rectification, IHC low-pass and the post filters into a buf
 ``(chunk, 8)`` (:func:`_front8`); the modulation band-passes, two per pass over the
 buffer, into ``(bands, chunk, 8)`` (:func:`_bands8`, with the sums the rms matching needs);
 each written band and the band-pass input go to their output rows as 8 x 8 tiles
-transposed in registers (:func:`lhotse_amt.kernels.modbank_simd._store_tiles`).
+transposed in registers (:func:`lhotse_amt.kernels.simd.store_tiles`).
 :func:`pooled` (the ``amt-king2019`` features, :func:`lhotse_amt.kernels.king2019.
 king_pooled`) runs the same two steps and sums every band over the frames' blocks of
 samples in registers instead (its chunks carry this kernel's states).
@@ -42,9 +42,8 @@ from numba.extending import intrinsic
 
 from .casp_simd import acc8, block_segments
 from .fastmath import denormals_off, restore_fp_mode
-from .modbank_simd import _store_tiles
 from .paulick_simd import _call_literal, _lits, _sections
-from .simd import WIDTH, VecBuilder, array_ptr, wide_function
+from .simd import WIDTH, VecBuilder, array_ptr, store_tiles, wide_function
 
 __all__ = ["envelopes", "pooled", "samples", "supported"]
 
@@ -169,6 +168,22 @@ def _load_rows(src, b, c0, nl, n0, nt, buf):  # pragma: no cover - compiled
             buf[n, lane] = np.float64(row[n0 + n])
 
 
+@njit(inline="always", **_NOPY)
+def _write_rows(buf, k, y, yflat, b, c0, nl, m, n0, nt, offs):  # pragma: no cover - compiled
+    # y[b, c0 + lane, m, n0 + n] = buf[k, n, lane] for lanes < nl (buf (., chunk, 8)):
+    # tiles of 8 samples transposed in registers, the rest sample by sample (offs: (8,)
+    # int64 scratch)
+    C, M, T = y.shape[1], y.shape[2], y.shape[3]
+    nt8 = nt // 8
+    base = ((b * C + c0) * M + m) * T + n0
+    for lane in range(8):
+        offs[lane] = base + lane * M * T if lane < nl else -1
+    store_tiles(buf, k, nt8, yflat, offs)
+    for lane in range(nl):
+        for n in range(nt8 * 8, nt):
+            y[b, c0 + lane, m, n0 + n] = buf[k, n, lane]
+
+
 @njit(parallel=True, **_NOPY)
 def _envelopes_kernel(u, h, y, bands, P, Z, Q, L, G, S, FLAGS):  # pragma: no cover - compiled
     # u, h (B, C, T): band-pass input and its Hilbert transform (views, may be rows of y);
@@ -190,6 +205,7 @@ def _envelopes_kernel(u, h, y, bands, P, Z, Q, L, G, S, FLAGS):  # pragma: no co
         ub = np.zeros((_CHUNK, 8))
         hb = np.zeros((_CHUNK, 8))
         ob = np.empty((1, _CHUNK, 8))
+        offs = np.empty(8, np.int64)
         Pj = P[b, blk]
         Zj = Z[b, blk]
         vec = np.empty(2 * S)
@@ -212,15 +228,9 @@ def _envelopes_kernel(u, h, y, bands, P, Z, Q, L, G, S, FLAGS):  # pragma: no co
             nt = min(_CHUNK, T - n0)
             _load_rows(u, b, c0, nl, n0, nt, ub)
             _load_rows(h, b, c0, nl, n0, nt, hb)
-            nt8 = nt // 8
             for i in range(nband):
                 _band8(ub, hb, nt, n0, T, Pj, Zj, G, ob[0], i, S, FLAGS, 0)
-                m = bands[i]
-                base = ((b * C + c0) * M + m) * T + n0
-                _store_tiles(ob, 0, nt8, yflat, base, M * T, nl)
-                for lane in range(nl):
-                    for n in range(nt8 * 8, nt):
-                        y[b, c0 + lane, m, n0 + n] = ob[0, n, lane]
+                _write_rows(ob, 0, y, yflat, b, c0, nl, bands[i], n0, nt, offs)
         restore_fp_mode(fp)
 
 
@@ -459,18 +469,6 @@ def _bands8(typingctx, ub, n0, nt, P, Z, ob, K, SI, SO, M, S, NG, SUMS):  # noqa
     return sig, codegen
 
 
-@njit(inline="always", **_NOPY)
-def _write_rows(buf, y, yflat, b, c0, nl, m, n0, nt):  # pragma: no cover - compiled
-    # y[b, c0 + lane, m, n0 + n] = buf[0, n, lane] for lanes < nl (buf (1, chunk, 8)):
-    # tiles of 8 samples transposed in registers, the rest sample by sample
-    C, M, T = y.shape[1], y.shape[2], y.shape[3]
-    nt8 = nt // 8
-    _store_tiles(buf, 0, nt8, yflat, ((b * C + c0) * M + m) * T + n0, M * T, nl)
-    for lane in range(nl):
-        for n in range(nt8 * 8, nt):
-            y[b, c0 + lane, m, n0 + n] = buf[0, n, lane]
-
-
 @njit(parallel=True, **_NOPY)
 def _samples_kernel(x, P, Z, y, written, urow, K, SI, SO, M, S, NG, SUMS):  # pragma: no cover
     # x (B, T) float64; P (NB, NP, 8); Z (B, NB, NZ, 8) (updated); y (B, C, M, T): band m
@@ -492,6 +490,7 @@ def _samples_kernel(x, P, Z, y, written, urow, K, SI, SO, M, S, NG, SUMS):  # pr
         nl = min(8, C - c0)
         fp = denormals_off()
         ub = np.zeros((1, _CHUNK, 8))
+        offs = np.empty(8, np.int64)
         ob = np.empty((M, _CHUNK, 8))
         xb = x[b]
         Pj = P[blk]
@@ -501,10 +500,10 @@ def _samples_kernel(x, P, Z, y, written, urow, K, SI, SO, M, S, NG, SUMS):  # pr
             _front8(xb, n0, nt, Pj, Zj, ub[0], K, SI, SO, M, S)
             _bands8(ub[0], n0, nt, Pj, Zj, ob, K, SI, SO, M, S, NG, SUMS)
             if urow >= 0:
-                _write_rows(ub, y, yflat, b, c0, nl, urow, n0, nt)
+                _write_rows(ub, 0, y, yflat, b, c0, nl, urow, n0, nt, offs)
             for m in range(M):
                 if written[m]:
-                    _write_rows(ob[m : m + 1], y, yflat, b, c0, nl, m, n0, nt)
+                    _write_rows(ob, m, y, yflat, b, c0, nl, m, n0, nt, offs)
         restore_fp_mode(fp)
 
 
@@ -544,6 +543,25 @@ def _front_params(plan: object) -> np.ndarray:
     return np.ascontiguousarray(P.reshape(lay["NP"], NB, WIDTH).transpose(1, 0, 2))
 
 
+def _front_arrays(
+    plan: object, B: int, state: dict | None
+) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int, int]]:
+    """The parameter block of ``plan`` (built on first use), the state block ``(B, NB,
+    NZ, 8)`` (zeros, or a copy of ``state["front"]``) and the structure ``(SI, SO, M,
+    S)`` of the first-pass kernels."""
+    SI, SO = plan.ihc.shape[1], plan.post.shape[1]
+    M, S = plan.bank.shape[:2]
+    P = plan.register_params
+    if P is None:
+        P = plan.register_params = _front_params(plan)
+    if state is None:
+        nz = _front_layout(plan.K, SI, SO, M, S)["NZ"]
+        Z = np.zeros((B, P.shape[0], nz, WIDTH))
+    else:
+        Z = state["front"].copy()
+    return P, Z, (SI, SO, M, S)
+
+
 def samples(
     plan: object, xn: np.ndarray, y: np.ndarray, lin: list[int]
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -554,21 +572,15 @@ def samples(
     ``lin[0]`` and the sums of ``y^2``, ``y``, ``(-1)^n y`` of the ``lin`` bands. Returns
     the final band-pass states ``(B, 2, M, S, P)`` and the sums ``(B, 3, M, P)``."""
     B, T = xn.shape
-    SI, SO = plan.ihc.shape[1], plan.post.shape[1]
-    M, S = plan.bank.shape[:2]
-    lay = _front_layout(plan.K, SI, SO, M, S)
-    P = plan.register_params
-    if P is None:
-        P = plan.register_params = _front_params(plan)
-    NB = P.shape[0]
-    Z = np.zeros((B, NB, lay["NZ"], WIDTH))
+    P, Z, (SI, SO, M, S) = _front_arrays(plan, B, None)
     written = np.asarray([m not in lin for m in range(M)], np.bool_)
     urow = lin[0] if lin else -1
     sums = sum(1 << m for m in lin)
     args = (xn, P, Z, y, written, urow, plan.K, SI, SO, M, S, _BAND_GROUP, sums)
     _call_literal(_samples_kernel, args, 7)
     # (B, NB, rows, 8) -> (B, rows, P)
-    Zl = Z.transpose(0, 2, 1, 3).reshape(B, lay["NZ"], NB * WIDTH)
+    lay = _front_layout(plan.K, SI, SO, M, S)
+    Zl = Z.transpose(0, 2, 1, 3).reshape(B, lay["NZ"], P.shape[0] * WIDTH)
     zb = Zl[:, lay["zbank"] : lay["sums"]].reshape(B, M, S, 2, -1)
     bank = np.ascontiguousarray(zb.transpose(0, 3, 1, 2, 4))
     pis = np.ascontiguousarray(Zl[:, lay["sums"] :].reshape(B, M, 3, -1).transpose(0, 2, 1, 3))
@@ -632,13 +644,7 @@ def pooled(
     sums ``(B, C, M, ceil(T / hop))`` of the chain on ``xn (B, T)`` (float64) from
     ``state`` (this function's layout; ``None``: from rest) and the new state."""
     B, T = xn.shape
-    SI, SO = plan.ihc.shape[1], plan.post.shape[1]
-    M, S = plan.bank.shape[:2]
-    P = plan.register_params
-    if P is None:
-        P = plan.register_params = _front_params(plan)
-    lay = _front_layout(plan.K, SI, SO, M, S)
-    Z = np.zeros((B, P.shape[0], lay["NZ"], WIDTH)) if state is None else state["front"].copy()
+    P, Z, (SI, SO, M, S) = _front_arrays(plan, B, state)
     sums = np.zeros((B, plan.C, M, -(-T // hop)))
     args = (
         xn, np.asarray(ends, np.int64), int(hop), P, Z, sums,

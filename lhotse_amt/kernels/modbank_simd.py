@@ -40,7 +40,7 @@ from .. import _alloc
 from .cpu import _np, _threads
 from .fastmath import denormals_off, restore_fp_mode
 from .paulick_simd import _call_literal, _lits
-from .simd import WIDTH, VecBuilder, array_ptr, transpose8, wide_function
+from .simd import WIDTH, VecBuilder, array_ptr, store_tiles, wide_function
 
 __all__ = ["ENABLED", "modulation_bank", "modulation_bank_pooled"]
 
@@ -172,42 +172,6 @@ def _mod8(typingctx, ib, nt, P, Z, ob, SP, SL, M1, FLAGS):  # noqa: ANN001
     return sig, codegen
 
 
-@intrinsic
-def _store_tiles(typingctx, ob, m, ntile, yflat, base, lstride, nl):  # noqa: ANN001
-    """Write ``ntile`` tiles of 8 samples of band ``m`` of ``ob (M1 + 1, chunk, 8)`` (lanes =
-    channels) to the rows ``yflat[base + l * lstride + n]`` of channels ``l < nl`` (``yflat``
-    float32 or float64, 1-d): each 8 x 8 tile transposed in registers, one vector store
-    (rounded to ``yflat``'s dtype) per channel."""
-    sig = types.none(ob, m, ntile, yflat, base, lstride, nl)
-
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        wide_function(builder)
-        vb = VecBuilder(builder)
-        at = signature.args
-        op = array_ptr(context, builder, at[0], args[0])
-        ety = context.get_value_type(at[3].dtype)
-        vty = ir.VectorType(ety, WIDTH)
-        yp = context.make_array(at[3])(context, builder, args[3]).data
-        m0 = builder.mul(args[1], ir.Constant(_I64, _CHUNK))
-        with cgutils.for_range(builder, args[2]) as loop:
-            n = builder.mul(loop.index, ir.Constant(_I64, WIDTH))
-            first = builder.add(m0, n)
-            rows = [vb.load(op, builder.add(first, ir.Constant(_I64, k))) for k in range(WIDTH)]
-            cols = transpose8(builder, rows)
-            for lane in range(WIDTH):
-                ok = builder.icmp_signed("<", ir.Constant(_I64, lane), args[6])
-                with builder.if_then(ok, likely=True):
-                    off = builder.add(
-                        builder.add(args[4], builder.mul(ir.Constant(_I64, lane), args[5])), n
-                    )
-                    v = cols[lane] if vty == vb.ty else builder.fptrunc(cols[lane], vty)
-                    ptr = builder.bitcast(builder.gep(yp, [off]), vty.as_pointer())
-                    builder.store(v, ptr, align=4)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
 @njit(parallel=True, **_NOPY)
 def _blocks_kernel(x, P, Z, sc, y, SP, SL, M1):  # pragma: no cover - compiled
     # x (B, C, T); P (NB, NP, 8); Z (B, NB, NZ, 8); sc (C, M1 + 1); y (B, C, M1 + 1, T)
@@ -225,6 +189,7 @@ def _blocks_kernel(x, P, Z, sc, y, SP, SL, M1):  # pragma: no cover - compiled
         fp = denormals_off()
         ib = np.empty((_CHUNK, 8))
         ob = np.empty((M1 + 1, _CHUNK, 8))
+        offs = np.empty(8, np.int64)
         for n0 in range(0, T, _CHUNK):
             nt = min(_CHUNK, T - n0)
             for lane in range(8):  # padding lanes repeat the block's last channel
@@ -237,7 +202,9 @@ def _blocks_kernel(x, P, Z, sc, y, SP, SL, M1):  # pragma: no cover - compiled
             nt8 = nt // 8
             for m in range(M1 + 1):
                 base = ((b * C + c0) * (M1 + 1) + m) * T + n0
-                _store_tiles(ob, m, nt8, yflat, base, (M1 + 1) * T, nl)
+                for lane in range(8):
+                    offs[lane] = base + lane * (M1 + 1) * T if lane < nl else -1
+                store_tiles(ob, m, nt8, yflat, offs)
                 for lane in range(nl):
                     c = c0 + lane
                     ym = y[b, c, m]

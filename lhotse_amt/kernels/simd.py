@@ -30,6 +30,7 @@ from numba.extending import intrinsic
 __all__ = [
     "VecBuilder",
     "array_ptr",
+    "store_tiles",
     "transpose8",
     "wide_function",
     "WIDTH",
@@ -263,6 +264,43 @@ class VecBuilder:
             ir.Constant(self.ity, [ir.Constant(_I64, 52)] * self.w),
         )
         return self.mul(p, self.b.bitcast(bits, self.ty))
+
+
+@intrinsic
+def store_tiles(typingctx, ob, m, ntile, yflat, offs):  # noqa: ANN001
+    """Write ``ntile`` tiles of 8 samples of band ``m`` of ``ob (bands, chunk, 8)``
+    (float64, C-contiguous; lanes = channels) to ``yflat[offs[lane] + n]`` (``yflat``
+    float32 or float64, 1-d; ``offs (8,)`` int64, lanes with ``offs < 0`` skipped): each
+    8 x 8 tile transposed in registers, one vector store (rounded to ``yflat``'s dtype)
+    per lane."""
+    sig = types.none(ob, m, ntile, yflat, offs)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        wide_function(builder)
+        vb = VecBuilder(builder)
+        at = signature.args
+        op = array_ptr(context, builder, at[0], args[0])
+        ety = context.get_value_type(at[3].dtype)
+        vty = ir.VectorType(ety, WIDTH)
+        yp = context.make_array(at[3])(context, builder, args[3]).data
+        offp = context.make_array(at[4])(context, builder, args[4]).data
+        offs = [builder.load(builder.gep(offp, [ir.Constant(_I64, k)])) for k in range(WIDTH)]
+        chunk = builder.extract_value(context.make_array(at[0])(context, builder, args[0]).shape, 1)
+        m0 = builder.mul(args[1], chunk)
+        with cgutils.for_range(builder, args[2]) as loop:
+            n = builder.mul(loop.index, ir.Constant(_I64, WIDTH))
+            first = builder.add(m0, n)
+            rows = [vb.load(op, builder.add(first, ir.Constant(_I64, k))) for k in range(WIDTH)]
+            cols = transpose8(builder, rows)
+            for lane in range(WIDTH):
+                ok = builder.icmp_signed(">=", offs[lane], ir.Constant(_I64, 0))
+                with builder.if_then(ok, likely=True):
+                    v = cols[lane] if vty == vb.ty else builder.fptrunc(cols[lane], vty)
+                    ptr = builder.gep(yp, [builder.add(offs[lane], n)])
+                    builder.store(v, builder.bitcast(ptr, vty.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 # ------------------------------------------------------------------------------------------
