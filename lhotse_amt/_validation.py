@@ -1,17 +1,267 @@
-"""Input validation shared by the models and extractors: clear errors, never silent
-wrong answers."""
+"""Input validation shared by the models, blocks and extractors: clear errors, never silent
+wrong answers.
+
+Conventions (every helper follows them, so messages read alike everywhere):
+
+* a value of the wrong *type* raises :class:`TypeError`; a value of the right type outside
+  what is allowed raises :class:`ValueError`;
+* every message names the field (``name``), the value given and what is allowed;
+* ``bool`` is never accepted as a number (``True`` is not a sampling rate), ints are accepted
+  where floats are expected, numpy scalars are accepted like Python numbers;
+* number checks return the value converted to a Python ``float``/``int``.
+
+Signals: :func:`check_signal` (tensors: real floating dtype, dimensions, length, finite)
+and :func:`as_float_tensor` (numpy/torch audio to a floating tensor). Integer or bool PCM
+raises ``ValueError`` saying the audio must be floating point (scale it to [-1, 1] first).
+"""
 
 from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Collection
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["as_float_tensor", "check_signal"]
+__all__ = [
+    "MAX_SAMPLING_RATE",
+    "as_float_tensor",
+    "check_bool",
+    "check_choice",
+    "check_device",
+    "check_int",
+    "check_level_db",
+    "check_number",
+    "check_positive_finite",
+    "check_rate",
+    "check_signal",
+    "check_str",
+    "is_real_number",
+]
+
+#: highest sampling rate (Hz) any model or extractor accepts; far above any audio format,
+#: low enough that a mistyped rate fails at once instead of designing huge filters
+MAX_SAMPLING_RATE = 1_000_000.0
+
+#: dB SPL range accepted for level settings (``full_scale_db_spl``, ``target_level_db_spl``,
+#: ``dboffset``): far beyond any physical sound (~194 dB SPL in air) on both sides
+LEVEL_DB_RANGE = (-50.0, 200.0)
 
 
+# ------------------------------------------------------------------------------ scalars
+def is_real_number(value: Any) -> bool:
+    """Whether ``value`` is a real scalar number (Python or numpy), excluding ``bool``."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+def check_number(
+    name: str,
+    value: Any,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    min_inclusive: bool = True,
+    max_inclusive: bool = True,
+    finite: bool = True,
+    allow_none: bool = False,
+    unit: str = "",
+) -> float | None:
+    """A real number (ints and numpy scalars accepted, bool not) within ``[min, max]``
+    (bounds exclusive with ``min_inclusive``/``max_inclusive`` False), finite unless
+    ``finite=False``. Returns it as a Python ``float`` (``None`` passes with
+    ``allow_none``). Raises ``TypeError`` for other types, ``ValueError`` for other
+    values."""
+    if value is None and allow_none:
+        return None
+    if not is_real_number(value):
+        raise TypeError(
+            f"{name} must be a real number{' or None' if allow_none else ''}, got "
+            f"{value!r} ({_type_name(value)})"
+        )
+    v = float(value)
+    u = f" {unit}" if unit else ""
+    if math.isnan(v) or (finite and math.isinf(v)):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    lo_bad = min is not None and (v < min if min_inclusive else v <= min)
+    hi_bad = max is not None and (v > max if max_inclusive else v >= max)
+    if lo_bad or hi_bad:
+        lo = "" if min is None else f"{'>=' if min_inclusive else '>'} {min:g}{u}"
+        hi = "" if max is None else f"{'<=' if max_inclusive else '<'} {max:g}{u}"
+        allowed = " and ".join(s for s in (lo, hi) if s)
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    return v
+
+
+def check_positive_finite(name: str, value: Any, *, allow_none: bool = False) -> float | None:
+    """A finite number ``> 0`` (see :func:`check_number`)."""
+    return check_number(name, value, min=0.0, min_inclusive=False, allow_none=allow_none)
+
+
+def check_int(
+    name: str,
+    value: Any,
+    *,
+    min: int | None = None,
+    max: int | None = None,
+    allow_none: bool = False,
+    allow_integral_float: bool = False,
+) -> int | None:
+    """An integer (Python or numpy; not bool) within ``[min, max]``. With
+    ``allow_integral_float`` a float with an integral value (``16000.0``) is accepted too.
+    Returns a Python ``int``."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{name} must be an integer{' or None' if allow_none else ''}, got {value!r} "
+            f"({_type_name(value)})"
+        )
+    if not isinstance(value, numbers.Integral):
+        v = float(value)
+        if not allow_integral_float:
+            raise TypeError(f"{name} must be an integer, got {value!r} ({_type_name(value)})")
+        if not math.isfinite(v) or v != int(v):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+    out = int(value)
+    if (min is not None and out < min) or (max is not None and out > max):
+        lo = "" if min is None else f">= {min}"
+        hi = "" if max is None else f"<= {max}"
+        raise ValueError(f"{name} must be {' and '.join(s for s in (lo, hi) if s)}, got {value!r}")
+    return out
+
+
+def check_rate(name: str, fs: Any, *, integral: bool = False) -> float:
+    """A sampling rate in Hz: a finite number in ``(0, MAX_SAMPLING_RATE]`` (bool is not a
+    rate). With ``integral`` the value must be a whole number of Hz (``16000.0`` is fine,
+    ``16000.5`` is not). Returns a ``float`` (an ``int`` with ``integral``)."""
+    if not is_real_number(fs):
+        raise TypeError(
+            f"{name} must be a sampling rate in Hz (a number), got {fs!r} ({_type_name(fs)})"
+        )
+    v = float(fs)
+    if not math.isfinite(v) or v <= 0.0 or v > MAX_SAMPLING_RATE:
+        raise ValueError(
+            f"{name} must be a finite sampling rate > 0 and <= {MAX_SAMPLING_RATE:g} Hz, got {fs!r}"
+        )
+    if integral:
+        if v != math.floor(v):
+            raise ValueError(
+                f"{name} must be a whole number of Hz, got {fs!r} (a fractional rate would be "
+                "truncated); resample the audio to an integer rate"
+            )
+        return int(v)
+    return v
+
+
+def check_level_db(name: str, value: Any, *, allow_none: bool = False) -> float | None:
+    """A level in dB SPL, finite and within :data:`LEVEL_DB_RANGE` (-50 ... 200 dB SPL)."""
+    return check_number(
+        name,
+        value,
+        min=LEVEL_DB_RANGE[0],
+        max=LEVEL_DB_RANGE[1],
+        allow_none=allow_none,
+        unit="dB SPL",
+    )
+
+
+def check_bool(name: str, value: Any, *, allow_none: bool = False) -> bool | None:
+    """``True``/``False`` (or numpy bool). Strings such as ``"no"`` and numbers are a
+    ``TypeError``: they would otherwise be read by truthiness."""
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(
+            f"{name} must be True or False{' or None' if allow_none else ''}, got {value!r} "
+            f"({_type_name(value)})"
+        )
+    return bool(value)
+
+
+def check_str(name: str, value: Any, *, allow_none: bool = False) -> str | None:
+    """A string (``TypeError`` otherwise)."""
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{name} must be a string{' or None' if allow_none else ''}, got {value!r} "
+            f"({_type_name(value)})"
+        )
+    return value
+
+
+def _same_kind(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are comparable choices (bool, str, None, numbers apart)."""
+    for kind in ((bool, np.bool_), str, type(None)):
+        if isinstance(a, kind) or isinstance(b, kind):
+            return isinstance(a, kind) and isinstance(b, kind)
+    if is_real_number(a) and is_real_number(b):
+        return True
+    return type(a) is type(b)
+
+
+def check_choice(name: str, value: Any, allowed: Collection[Any]) -> Any:
+    """One of ``allowed`` (include ``None`` there to allow it). A value of a type none of
+    the allowed values has raises ``TypeError`` (``"no"`` for a bool, ``1`` for a string),
+    another value ``ValueError``; both messages list the allowed values."""
+    options = list(allowed)
+    kinds = [o for o in options if _same_kind(value, o)]
+    if any(value == o for o in kinds):
+        return value
+    if not kinds:
+        raise TypeError(f"{name} must be one of {options}, got {value!r} ({_type_name(value)})")
+    raise ValueError(f"{name} must be one of {options}, got {value!r}")
+
+
+def check_device(name: str, device: Any) -> torch.device:
+    """A valid torch device (string or :class:`torch.device`) that exists on this machine:
+    ``"cuda"`` without CUDA is a ``ValueError`` saying so (rather than an assertion inside
+    torch at the first computation)."""
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(
+            f"{name} must be a torch device string such as 'cpu' or 'cuda:0', got {device!r} "
+            f"({_type_name(device)})"
+        )
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as e:
+        raise ValueError(
+            f"{name}={device!r} is not a valid torch device (e.g. 'cpu', 'cuda', 'cuda:1'): {e}"
+        ) from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"{name}={device!r} requested but CUDA is not available on this machine; "
+                'use device="cpu"'
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"{name}={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
+    elif dev.type not in ("cpu", "cuda"):
+        avail = {
+            "mps": lambda: torch.backends.mps.is_available(),
+            "meta": lambda: True,
+        }.get(dev.type)
+        if avail is None or not avail():
+            raise ValueError(
+                f"{name}={device!r}: device type {dev.type!r} is not available here; use "
+                '"cpu" or "cuda"'
+            )
+    return dev
+
+
+# ------------------------------------------------------------------------------ signals
 def as_float_tensor(x: np.ndarray | Tensor, dtype: torch.dtype | None = None) -> Tensor:
-    """Convert numpy/torch audio to a floating tensor; reject integer PCM and bool."""
+    """Convert numpy/torch audio to a floating tensor; reject integer PCM, bool and complex
+    (``ValueError``) and other types (``TypeError``)."""
     if isinstance(x, np.ndarray):
         if not np.issubdtype(x.dtype, np.floating):
             raise ValueError(
@@ -30,15 +280,44 @@ def as_float_tensor(x: np.ndarray | Tensor, dtype: torch.dtype | None = None) ->
     return x if dtype is None else x.to(dtype)
 
 
-def check_signal(x: Tensor, min_samples: int = 1, max_dim: int = 2, what: str = "signal") -> None:
-    """Raise ``ValueError`` for empty/too-short, non-finite or badly shaped input."""
-    if x.dim() == 0 or x.dim() > max_dim:
+def check_signal(
+    x: Any,
+    min_samples: int = 1,
+    max_dim: int = 2,
+    what: str | None = None,
+    *,
+    name: str | None = None,
+    min_dim: int = 1,
+    finite: bool = True,
+) -> Tensor:
+    """Check a signal tensor with time on the last axis and return it.
+
+    ``TypeError`` if ``x`` is not a :class:`torch.Tensor`; ``ValueError`` if its dtype is
+    not real floating point (integer PCM, bool, complex), if it has fewer than ``min_dim``
+    or more than ``max_dim`` dimensions, fewer than ``min_samples`` samples, an empty
+    batch, or (``finite``) NaN/inf samples. ``name`` (or the older ``what``) names the
+    argument in the messages.
+    """
+    label = name or what or "signal"
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{label} must be a torch.Tensor, got {_type_name(x)}")
+    if not x.is_floating_point():
         raise ValueError(
-            f"{what} must have 1 to {max_dim} dimensions with time last, got shape {tuple(x.shape)}"
+            f"{label} must be a real floating point tensor (float32/float64), got dtype "
+            f"{x.dtype}; integer PCM must be scaled to [-1, 1] first (e.g. x / 32768 for int16)"
+        )
+    if x.dim() < max(1, min_dim) or x.dim() > max_dim:
+        lo = max(1, min_dim)
+        rng = f"{lo}" if lo == max_dim else f"{lo} to {max_dim}"
+        raise ValueError(
+            f"{label} must have {rng} dimensions with time last, got shape {tuple(x.shape)}"
         )
     if x.shape[-1] < min_samples:
-        raise ValueError(f"{what} is too short: {x.shape[-1]} samples, need at least {min_samples}")
+        raise ValueError(
+            f"{label} is too short: {x.shape[-1]} samples, need at least {min_samples}"
+        )
     if x.numel() == 0:
-        raise ValueError(f"{what} is an empty batch (shape {tuple(x.shape)})")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{what} contains NaN or infinite samples")
+        raise ValueError(f"{label} is an empty batch (shape {tuple(x.shape)})")
+    if finite and not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{label} contains NaN or infinite samples")
+    return x
