@@ -33,29 +33,54 @@ from lhotse.features.base import FeatureExtractor
 from lhotse.utils import compute_num_frames_from_samples
 from torch import Tensor
 
-from .._validation import as_float_tensor
+from .._validation import (
+    as_float_tensor,
+    check_bool,
+    check_choice,
+    check_device,
+    check_int,
+    check_level_db,
+    check_positive_finite,
+    check_rate,
+)
 
 __all__ = ["AuditoryConfig", "AuditoryExtractor", "config_from_dict"]
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 @dataclass
 class AuditoryConfig:
     """Fields common to every auditory-model extractor config (flat, YAML-safe).
 
+    Every field is checked when the config is built (also by :meth:`from_dict` and YAML
+    loading) and again when an extractor is built from it: a value of the wrong type raises
+    ``TypeError`` (``bool`` is not a number; ints are fine for float fields, numpy scalars
+    for any number), a value out of range ``ValueError``; both name the field, the value
+    and what is allowed.
+
     Attributes:
-        sampling_rate: expected input rate (Hz); other rates raise an error (resample the
-            cuts with ``cuts.resample(sampling_rate)``).
-        frame_shift: feature frame shift (s); ``frame_shift * sampling_rate`` must be an
-            integer.
-        device: torch device the model runs on (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
+        sampling_rate: expected input rate (Hz), a whole number in ``(0, 1e6]``
+            (``16000.0`` is read as 16000); other rates raise an error (resample the cuts
+            with ``cuts.resample(sampling_rate)``).
+        frame_shift: feature frame shift (s), finite and > 0; ``frame_shift *
+            sampling_rate`` must be an integer number of samples.
+        device: torch device the model runs on (``"cpu"``, ``"cuda"``, ``"cuda:1"``); a
+            CUDA device on a machine without CUDA is an error at construction.
         dtype: ``"float32"`` or ``"float64"`` computation precision (output is float32).
-        full_scale_db_spl: dB SPL of a digital signal with rms 1 (AMT: 100).
-        target_level_db_spl: if set, every cut is scaled to this rms level (dB SPL).
+        full_scale_db_spl: dB SPL of a digital signal with rms 1 (AMT: 100); finite, within
+            [-50, 200] dB SPL.
+        target_level_db_spl: if set, every cut is scaled to this rms level (dB SPL);
+            finite, within [-50, 200] dB SPL. A cut that is digital silence, or quieter
+            than ``-150`` dB re full scale (rms below ``10^(-150/20)``, under the
+            quantisation noise of 24-bit audio), cannot be scaled and raises an error.
         pooling: ``"mean"`` or ``"rms"`` of the model output over each frame.
-        chunk_duration: processing chunk (s); bounds the memory of long recordings.
-        channel: for mono models, the channel of multi-channel input to use; ``None``
-            with ``downmix=False`` makes multi-channel input an error.
-        downmix: for mono models, average multi-channel input to mono.
+        chunk_duration: processing chunk (s), finite and > 0; bounds the memory of long
+            recordings.
+        channel: for mono models, the channel (an integer index; negative counts from the
+            end) of multi-channel input to use; ``None`` with ``downmix=False`` makes
+            multi-channel input an error.
+        downmix: ``True``/``False``: for mono models, average multi-channel input to mono.
     """
 
     sampling_rate: int = 16000
@@ -68,6 +93,33 @@ class AuditoryConfig:
     chunk_duration: float = 2.0
     channel: int | None = None
     downmix: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every field (see the class docstring) and normalise numbers to plain
+        Python ``int``/``float`` (YAML-safe). Subclasses extend it for their own fields."""
+        self.sampling_rate = check_rate("sampling_rate", self.sampling_rate, integral=True)
+        self.frame_shift = check_positive_finite("frame_shift", self.frame_shift)
+        hop = self.frame_shift * self.sampling_rate
+        if abs(hop - round(hop)) > 1e-9 * max(1.0, hop) or round(hop) < 1:
+            raise ValueError(
+                f"frame_shift * sampling_rate must be a positive integer number of samples, got "
+                f"{self.frame_shift} * {self.sampling_rate} = {hop}"
+            )
+        check_device("device", self.device)
+        if not isinstance(self.device, str):
+            self.device = str(self.device)
+        check_choice("dtype", self.dtype, tuple(_DTYPES))
+        self.full_scale_db_spl = check_level_db("full_scale_db_spl", self.full_scale_db_spl)
+        self.target_level_db_spl = check_level_db(
+            "target_level_db_spl", self.target_level_db_spl, allow_none=True
+        )
+        check_choice("pooling", self.pooling, ("mean", "rms"))
+        self.chunk_duration = check_positive_finite("chunk_duration", self.chunk_duration)
+        self.channel = check_int("channel", self.channel, allow_none=True)
+        self.downmix = check_bool("downmix", self.downmix)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,9 +143,6 @@ def config_from_dict(cls: type, data: dict[str, Any]) -> Any:
             v = data[f.name]
             out[f.name] = list(v) if isinstance(v, tuple) else v
     return cls(**out)
-
-
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 class AuditoryExtractor(FeatureExtractor):
@@ -132,19 +181,12 @@ class AuditoryExtractor(FeatureExtractor):
 
     # ------------------------------------------------------------------ config
     def _check_config(self) -> None:
-        c = self.config
-        hop = c.frame_shift * c.sampling_rate
-        if c.frame_shift <= 0 or abs(hop - round(hop)) > 1e-9 * max(1.0, hop):
-            raise ValueError(
-                f"frame_shift * sampling_rate must be a positive integer number of samples, got "
-                f"{c.frame_shift} * {c.sampling_rate} = {hop}"
+        """Check the config again (its fields may have been set after it was built)."""
+        if not isinstance(self.config, self.config_type):
+            raise TypeError(
+                f"{self.name} needs a {self.config_type.__name__}, got {type(self.config).__name__}"
             )
-        if c.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {c.dtype!r}")
-        if c.pooling not in ("mean", "rms"):
-            raise ValueError(f"pooling must be 'mean' or 'rms', got {c.pooling!r}")
-        if c.chunk_duration <= 0:
-            raise ValueError("chunk_duration must be positive")
+        self.config.validate()
 
     @property
     def frame_shift(self) -> float:
@@ -188,7 +230,8 @@ class AuditoryExtractor(FeatureExtractor):
 
     # ------------------------------------------------------------------ input handling
     def _check_rate(self, sampling_rate: int) -> None:
-        if int(sampling_rate) != int(self.config.sampling_rate):
+        sr = check_rate("sampling_rate", sampling_rate, integral=True)
+        if sr != int(self.config.sampling_rate):
             raise ValueError(
                 f"{self.name} is configured for {self.config.sampling_rate} Hz input but got "
                 f"{sampling_rate} Hz audio. Resample the data first, e.g. "
@@ -235,6 +278,12 @@ class AuditoryExtractor(FeatureExtractor):
             n, self.config.frame_shift, self.config.sampling_rate
         )
 
+    @property
+    def min_samples(self) -> int:
+        """Fewest samples that give one frame (Lhotse rounds the frame count:
+        ``hop - hop // 2``, i.e. ``ceil(hop / 2)``)."""
+        return self.hop - self.hop // 2
+
     def _validate_item(self, x: Tensor) -> None:
         n = x.shape[-1]
         if n == 0:
@@ -242,11 +291,18 @@ class AuditoryExtractor(FeatureExtractor):
         if self._num_frames(n) < 1:
             raise ValueError(
                 f"{self.name}: audio of {n} samples is shorter than one frame "
-                f"({self.hop // 2 + 1} samples or more are needed at frame_shift="
-                f"{self.config.frame_shift})"
+                f"({self.min_samples} samples or more are needed at frame_shift="
+                f"{self.config.frame_shift} and sampling_rate={self.config.sampling_rate})"
             )
         if not bool(torch.isfinite(x).all()):
             raise ValueError(f"{self.name}: audio contains NaN or infinite samples")
+
+    #: quietest cut (rms re digital full scale, dB) ``target_level_db_spl`` scales up:
+    #: below the quantisation noise of 24-bit audio, i.e. digital silence
+    min_rms_db: ClassVar[float] = -150.0
+    #: highest peak level (dB SPL) the models accept after level scaling: far above any
+    #: physical sound, far below float32 overflow inside the models
+    max_peak_db_spl: ClassVar[float] = 240.0
 
     def _level_gain(self, x: Tensor, n: int) -> float:
         """Gain that brings ``(C_in, T)`` audio to the model's level convention."""
@@ -260,9 +316,45 @@ class AuditoryExtractor(FeatureExtractor):
             )
             rms = (ss / max(1, n * x.shape[0])) ** 0.5
             if rms <= 0.0:
-                return 0.0
+                raise ValueError(
+                    f"{self.name}: the cut is digital silence (all samples 0) and cannot be "
+                    f"scaled to target_level_db_spl={c.target_level_db_spl}; drop silent cuts "
+                    "or use full_scale_db_spl instead of a target level"
+                )
+            rms_db = 20.0 * np.log10(rms)
+            if rms_db < self.min_rms_db:
+                raise ValueError(
+                    f"{self.name}: the cut is too quiet to scale to target_level_db_spl="
+                    f"{c.target_level_db_spl}: its rms {rms:.3g} ({rms_db:.1f} dB re full "
+                    f"scale) is below {self.min_rms_db:g} dB, i.e. digital silence; drop such "
+                    "cuts or use full_scale_db_spl instead of a target level"
+                )
             return 10.0 ** ((c.target_level_db_spl - self.model_dboffset) / 20.0) / rms
         return 10.0 ** ((c.full_scale_db_spl - self.model_dboffset) / 20.0)
+
+    def _check_scaled(self, x: Tensor, gain: float) -> None:
+        """The audio after level scaling must be finite and within
+        :attr:`max_peak_db_spl` (else the level settings or the audio's scale are wrong)."""
+        peak = float(x.abs().max()) if x.numel() else 0.0
+        limit = 10.0 ** ((self.max_peak_db_spl - self.model_dboffset) / 20.0)
+        if np.isfinite(peak) and peak <= limit:
+            return
+        c = self.config
+        setting = (
+            f"target_level_db_spl={c.target_level_db_spl}"
+            if c.target_level_db_spl is not None
+            else f"full_scale_db_spl={c.full_scale_db_spl}"
+        )
+        what = (
+            "overflows (non-finite samples)"
+            if not np.isfinite(peak)
+            else f"reaches a peak of {20 * np.log10(peak) + self.model_dboffset:.1f} dB SPL"
+        )
+        raise ValueError(
+            f"{self.name}: the audio after level scaling (gain {gain:.3g} for {setting}) "
+            f"{what}, above the {self.max_peak_db_spl:g} dB SPL the models accept; check "
+            "the level settings and that the audio is scaled to [-1, 1]"
+        )
 
     #: dB SPL of rms 1 in the model's own convention
     model_dboffset: ClassVar[float] = 100.0
@@ -377,6 +469,7 @@ class AuditoryExtractor(FeatureExtractor):
             batch[b, :, :n] = t[..., :n]
             if gain != 1.0:
                 batch[b].mul_(gain)
+            self._check_scaled(batch[b, :, :n], gain)
         del prepared
         with torch.inference_mode():
             feats = self._compute(batch.to(dev), lengths)
@@ -409,8 +502,6 @@ class AuditoryExtractor(FeatureExtractor):
         if isinstance(samples, (list, tuple)):
             is_torch = len(samples) > 0 and isinstance(samples[0], Tensor)
             items = [as_float_tensor(s).detach().cpu() for s in samples]
-            if lengths is not None:
-                lengths = [int(n) for n in lengths]
         else:
             is_torch = isinstance(samples, Tensor)
             x = as_float_tensor(samples).detach().cpu()
@@ -419,21 +510,55 @@ class AuditoryExtractor(FeatureExtractor):
             if x.dim() not in (2, 3):
                 raise ValueError(f"padded batch must be (B, T) or (B, C, T), got {tuple(x.shape)}")
             items = list(x)
-            if lengths is None:
-                lengths = [x.shape[-1]] * x.shape[0]
-            else:
-                lengths = [
-                    int(n) for n in (lengths.tolist() if hasattr(lengths, "tolist") else lengths)
-                ]
+        if lengths is not None:
+            lengths = self._check_lengths(lengths, items)
         if not items:
             return []
-        if lengths is not None and len(lengths) != len(items):
-            raise ValueError(f"got {len(items)} signals but {len(lengths)} lengths")
         chans = {self._channels(t).shape[0] for t in items}
         if len(chans) > 1:  # pragma: no cover - _channels enforces one count
             raise ValueError("all items of a batch must have the same number of channels")
         feats = self._run(items, lengths)
         return feats if is_torch else [f.numpy() for f in feats]
+
+    @staticmethod
+    def _check_lengths(lengths: Any, items: list[Tensor]) -> list[int]:
+        """``lengths`` of ``extract_batch``: one integer per item, ``1 <= n <=`` the item's
+        (padded) number of samples. ``ValueError`` naming the problem otherwise."""
+        if isinstance(lengths, (np.ndarray, Tensor)):
+            arr = lengths.detach().cpu().numpy() if isinstance(lengths, Tensor) else lengths
+            if arr.ndim != 1:
+                raise ValueError(
+                    f"lengths must be 1-D (one length per item), got shape {tuple(arr.shape)}"
+                )
+            if arr.dtype.kind not in "iu":
+                raise ValueError(
+                    f"lengths must be integer sample counts, got dtype {lengths.dtype}"
+                )
+            vals = [int(v) for v in arr.tolist()]
+        elif isinstance(lengths, (list, tuple)):
+            vals = []
+            for v in lengths:
+                if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                    raise ValueError(
+                        f"lengths must be integer sample counts, got {v!r} ({type(v).__name__})"
+                    )
+                vals.append(int(v))
+        else:
+            raise ValueError(
+                "lengths must be a sequence, numpy array or tensor of integers, got "
+                f"{type(lengths).__name__}"
+            )
+        if len(vals) != len(items):
+            raise ValueError(f"got {len(items)} signals but {len(vals)} lengths")
+        for i, (n, t) in enumerate(zip(vals, items)):
+            if n < 1:
+                raise ValueError(f"lengths[{i}] = {n}: every length must be at least 1 sample")
+            if n > t.shape[-1]:
+                raise ValueError(
+                    f"lengths[{i}] = {n} exceeds the item's {t.shape[-1]} samples (the padded "
+                    "length)"
+                )
+        return vals
 
     def feature_dim(self, sampling_rate: int) -> int:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -33,7 +33,19 @@ import torch
 from lhotse.features.base import register_extractor
 from torch import Tensor
 
-from ..models.dau1997 import Dau1997
+from .._validation import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_level_db,
+    check_number,
+    check_positive_finite,
+)
+from ..functional.ihc import IHC_PRESETS
+from ..functional.modulation import MODULATION_PRESETS
+from ..models.dau1997 import DAU1997_PRESETS, Dau1997
+from ..models.king2019 import KING2019_PRESETS
+from ..models.osses2021 import OSSES2021_PRESETS
 from .base import AuditoryConfig, AuditoryExtractor
 
 __all__ = [
@@ -89,6 +101,27 @@ class _MUMixing:
         return intensity_to_mu(energy_scaling_factor * mu_to_intensity(features)).astype(np.float32)
 
 
+def _check_grid(c: Any) -> None:
+    """``0 < flow < fhigh`` (Hz), both finite (normalised to floats)."""
+    c.flow = check_positive_finite("flow", c.flow)
+    c.fhigh = check_positive_finite("fhigh", c.fhigh)
+    if not c.flow < c.fhigh:
+        raise ValueError(f"flow must be below fhigh, got flow={c.flow}, fhigh={c.fhigh}")
+
+
+def _check_modulation(c: Any, with_preset: bool = True) -> None:
+    """The optional modulation-filterbank fields shared by the MU configs."""
+    if with_preset:
+        check_choice("modulation_preset", c.modulation_preset, (None, *MODULATION_PRESETS))
+    c.max_mfc = check_positive_finite("max_mfc", c.max_mfc, allow_none=True)
+    c.use_upper_limit = check_bool("use_upper_limit", c.use_upper_limit, allow_none=True)
+    c.att_factor = check_positive_finite("att_factor", c.att_factor, allow_none=True)
+    c.lp150 = check_bool("lp150", c.lp150, allow_none=True)
+    c.adaptation_limit = check_number(
+        "adaptation_limit", c.adaptation_limit, min=0.0, allow_none=True
+    )
+
+
 @dataclass
 class Dau1997Config(AuditoryConfig):
     """Config of ``amt-dau1997``. Model fields left ``None`` take the model's defaults
@@ -102,6 +135,11 @@ class Dau1997Config(AuditoryConfig):
             modulation filterbank settings.
         stage: ``"modulation"`` or ``"adaptation"`` output.
         layout: ``"compact"`` or ``"padded"`` modulation columns.
+
+    Checked at construction (see :class:`AuditoryConfig`): frequencies finite and > 0 with
+    ``flow < fhigh``; ``adaptation_limit >= 0``; ``max_mfc``, ``att_factor`` > 0; the
+    string fields one of their listed values; the ``bool`` fields ``True``/``False``
+    (``None`` where the default is ``None``).
     """
 
     preset: str | None = None
@@ -118,6 +156,17 @@ class Dau1997Config(AuditoryConfig):
     filter_type: str = "efilt"
     stage: str = "modulation"
     layout: str = "compact"
+
+    def validate(self) -> None:
+        super().validate()
+        check_choice("preset", self.preset, (None, *DAU1997_PRESETS))
+        _check_grid(self)
+        self.basef = check_positive_finite("basef", self.basef, allow_none=True)
+        check_choice("ihc_method", self.ihc_method, (None, *IHC_PRESETS))
+        _check_modulation(self)
+        check_choice("filter_type", self.filter_type, ("efilt", "butterworth"))
+        check_choice("stage", self.stage, ("modulation", "adaptation"))
+        check_choice("layout", self.layout, ("compact", "padded"))
 
 
 class _FusedCPU:
@@ -341,6 +390,8 @@ class Osses2021Config(AuditoryConfig):
         modulation_preset, max_mfc, use_upper_limit, att_factor, lp150: modulation
             filterbank settings (default AMT ``mfb_jepsen2008``, up to 1000 Hz).
         stage: ``"modulation"`` or ``"adaptation"``; layout: ``"compact"``/``"padded"``.
+
+    Checked at construction as :class:`Dau1997Config`.
     """
 
     preset: str | None = None
@@ -356,6 +407,16 @@ class Osses2021Config(AuditoryConfig):
     lp150: bool | None = None
     stage: str = "modulation"
     layout: str = "compact"
+
+    def validate(self) -> None:
+        super().validate()
+        check_choice("preset", self.preset, (None, *OSSES2021_PRESETS))
+        _check_grid(self)
+        check_choice("phase_type", self.phase_type, (None, "minimum", "linear"))
+        check_choice("compensation", self.compensation, (None, "none", "amt", "trim"))
+        _check_modulation(self)
+        check_choice("stage", self.stage, ("modulation", "adaptation"))
+        check_choice("layout", self.layout, ("compact", "padded"))
 
 
 @register_extractor
@@ -502,6 +563,11 @@ class King2019Config(AuditoryConfig):
         stage: ``"modulation"`` (channels x bands) or ``"adaptation"`` (channels).
         envelope: causal stand-in for the phase insensitivity on bands above 10 Hz:
             ``"abs"`` (``|band| pi / (2 sqrt 2)``) or ``"none"`` (signed band output).
+
+    Checked at construction (see :class:`AuditoryConfig`): frequencies finite and > 0 with
+    ``flow < fhigh`` and ``mflow < mfhigh``; ``compression_n``, ``modbank_qfactor`` > 0;
+    ``compression_knee_db`` finite; ``dboffset`` within [-50, 200] dB SPL; choices as
+    listed; ``lp_150hz`` ``True``/``False``.
     """
 
     preset: str | None = None
@@ -521,6 +587,29 @@ class King2019Config(AuditoryConfig):
     modulation_form: str | None = None
     stage: str = "modulation"
     envelope: str = "abs"
+
+    def validate(self) -> None:
+        super().validate()
+        check_choice("preset", self.preset, (None, *KING2019_PRESETS))
+        _check_grid(self)
+        self.basef = check_positive_finite("basef", self.basef, allow_none=True)
+        check_choice("compression_type", self.compression_type, ("brokenstick", "power"))
+        self.compression_n = check_positive_finite("compression_n", self.compression_n)
+        self.compression_knee_db = check_number("compression_knee_db", self.compression_knee_db)
+        self.dboffset = check_level_db("dboffset", self.dboffset)
+        self.ihc_cutoff = check_positive_finite("ihc_cutoff", self.ihc_cutoff, allow_none=True)
+        self.adt_hp_fc = check_positive_finite("adt_hp_fc", self.adt_hp_fc)
+        self.mflow = check_positive_finite("mflow", self.mflow)
+        self.mfhigh = check_positive_finite("mfhigh", self.mfhigh)
+        if not self.mflow < self.mfhigh:
+            raise ValueError(
+                f"mflow must be below mfhigh, got mflow={self.mflow}, mfhigh={self.mfhigh}"
+            )
+        self.modbank_qfactor = check_positive_finite("modbank_qfactor", self.modbank_qfactor)
+        self.lp_150hz = check_bool("lp_150hz", self.lp_150hz)
+        check_choice("modulation_form", self.modulation_form, (None, "sos", "tf"))
+        check_choice("stage", self.stage, ("modulation", "adaptation"))
+        check_choice("envelope", self.envelope, ("abs", "none"))
 
 
 @register_extractor
@@ -681,6 +770,9 @@ class Paulick2024Config(AuditoryConfig):
         stage: ``"modulation"`` (default), ``"resampled"`` (decimated adaptation output,
             one column per channel) or ``"adaptation"`` (full-rate adaptation output).
         layout: ``"compact"`` or ``"padded"`` modulation columns.
+
+    Checked at construction as :class:`Dau1997Config`; ``n_channels`` and
+    ``resample_factor`` are integers >= 1.
     """
 
     sampling_rate: int = 44100
@@ -698,6 +790,18 @@ class Paulick2024Config(AuditoryConfig):
     filter_type: str = "efilt"
     stage: str = "modulation"
     layout: str = "compact"
+
+    def validate(self) -> None:
+        super().validate()
+        _check_grid(self)
+        self.n_channels = check_int("n_channels", self.n_channels, min=1)
+        self.use_outerear = check_bool("use_outerear", self.use_outerear)
+        check_choice("drnl_preset", self.drnl_preset, ("jepsen2008", "lopezpoveda2001"))
+        self.resample_factor = check_int("resample_factor", self.resample_factor, min=1)
+        _check_modulation(self, with_preset=False)
+        check_choice("filter_type", self.filter_type, ("efilt", "butterworth"))
+        check_choice("stage", self.stage, ("modulation", "resampled", "adaptation"))
+        check_choice("layout", self.layout, ("compact", "padded"))
 
 
 @register_extractor
@@ -747,13 +851,6 @@ class Paulick2024Extractor(_CASPExtractor):
 
     def _check_config(self) -> None:
         super()._check_config()
-        if int(self.config.resample_factor) < 1:
-            raise ValueError("resample_factor must be a positive integer")
-        if self.config.drnl_preset not in ("jepsen2008", "lopezpoveda2001"):
-            raise ValueError(
-                f"drnl_preset must be 'jepsen2008' or 'lopezpoveda2001', got "
-                f"{self.config.drnl_preset!r}"
-            )
 
     def _build_model(self) -> Paulick2024:
         c = self.config

@@ -61,9 +61,10 @@ import torch
 from lhotse.features.base import register_extractor
 from torch import Tensor
 
+from .._validation import check_bool, check_choice
 from ..functional import loudness as L
 from ..models.glasberg2002 import Glasberg2002
-from ..models.moore2016 import Moore2016
+from ..models.moore2016 import MOORE2016_PRESETS, Moore2016
 from .base import AuditoryConfig, AuditoryExtractor
 
 __all__ = [
@@ -114,11 +115,25 @@ class _LoudnessMixing:
 
 @dataclass
 class _LoudnessConfig(AuditoryConfig):
+    """Fields of the loudness extractor configs (checked at construction as
+    :class:`AuditoryConfig`; ``frame_shift`` is at least the models' 1-ms frame)."""
+
     sampling_rate: int = 32000
     frame_shift: float = 0.01
     specific: str = "instantaneous"
     include_stl: bool = False
     include_ltl: bool = False
+
+    def validate(self) -> None:
+        super().validate()
+        if self.frame_shift < 1e-3 - 1e-12:
+            raise ValueError(
+                f"frame_shift must be at least 0.001 s (the models' 1-ms frames), got "
+                f"{self.frame_shift}"
+            )
+        check_choice("specific", self.specific, ("instantaneous", "short_term"))
+        self.include_stl = check_bool("include_stl", self.include_stl)
+        self.include_ltl = check_bool("include_ltl", self.include_ltl)
 
 
 @dataclass
@@ -143,6 +158,11 @@ class Moore2016Config(_LoudnessConfig):
     diotic: bool = False
     preset: str = "amt-1.4"
 
+    def validate(self) -> None:
+        super().validate()
+        self.diotic = check_bool("diotic", self.diotic)
+        check_choice("preset", self.preset, tuple(MOORE2016_PRESETS))
+
 
 class _LoudnessExtractor(_LoudnessMixing, AuditoryExtractor):
     """Shared framing, chunking, calibration and AGC streaming of the loudness extractors."""
@@ -150,16 +170,6 @@ class _LoudnessExtractor(_LoudnessMixing, AuditoryExtractor):
     padding_value: ClassVar[float] = 0.0
     model_dboffset: ClassVar[float] = 100.0
     n_ears: ClassVar[int] = 1
-
-    def _check_config(self) -> None:
-        super()._check_config()
-        c = self.config
-        if c.specific not in ("instantaneous", "short_term"):
-            raise ValueError(
-                f"specific must be 'instantaneous' or 'short_term', got {c.specific!r}"
-            )
-        if c.frame_shift < 1e-3 - 1e-12:
-            raise ValueError("frame_shift must be at least 0.001 s (the models' 1-ms frames)")
 
     # ------------------------------------------------------------------ layout
     def _channel_fc(self) -> np.ndarray:  # pragma: no cover - abstract
@@ -314,15 +324,6 @@ class Moore2016Extractor(_LoudnessExtractor):
 
     def __init__(self, config: Moore2016Config | None = None) -> None:
         super().__init__(config or Moore2016Config())
-
-    def _check_config(self) -> None:
-        super()._check_config()
-        from ..models.moore2016 import MOORE2016_PRESETS
-
-        if self.config.preset not in MOORE2016_PRESETS:
-            raise ValueError(
-                f"unknown preset {self.config.preset!r}; choose from {list(MOORE2016_PRESETS)}"
-            )
 
     def _build_model(self) -> torch.nn.Module:
         return Moore2016(fs=L.FS, dtype=self.torch_dtype, preset=self.config.preset)
