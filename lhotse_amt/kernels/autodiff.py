@@ -1,0 +1,705 @@
+"""CPU kernels (numba) of the differentiable recursion operators in :mod:`lhotse_amt.ops`.
+
+Each operator has a forward kernel and a backward kernel. Rows are independent: output
+row ``r`` reads input row ``xrow[r]`` and coefficient row ``crow[r]`` (broadcasting
+without copies: a filterbank reads one input row for many channels). Every recursion runs
+in float64 whatever the tensor dtype.
+
+**Backward.** A recursion's backward is its adjoint recursion run backwards in time. It
+needs the forward's internal values (section signals, pole-section states, loop states),
+which are *recomputed* block-wise instead of saved: a first forward pass stores only the
+states at the start of every block of ``_CK`` samples; then, from the last block to the
+first, the block's internal values are recomputed from its checkpoint into a buffer of
+``_CK`` samples and the adjoint recursion runs back over it. A row's backward therefore
+costs about two forward passes and one adjoint pass, and its memory is ``O(_CK)`` per
+thread plus ``O(T / _CK)`` checkpoints, independent of the signal length.
+
+Gradients of coefficients are accumulated per output row (the operator sums rows that
+share a coefficient row); the input gradient is written per output row (the operator sums
+rows that share an input row).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import torch
+from numba import njit, prange
+
+from .fastmath import denormals_off, restore_fp_mode
+
+__all__ = [
+    "sos_forward",
+    "sos_backward",
+    "resonator_forward",
+    "resonator_backward",
+    "adaptation_forward",
+    "adaptation_backward",
+]
+
+_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"contract"})
+#: samples per recomputed block of the backward kernels
+_CK = 2048
+
+
+def _threads() -> None:
+    n = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    if numba.get_num_threads() != n:
+        numba.set_num_threads(n)
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().contiguous().numpy()
+
+
+# --------------------------------------------------------------------------------------
+# Second-order sections, transposed direct form II (scipy.signal.sosfilt)
+# --------------------------------------------------------------------------------------
+
+
+@njit(inline="always", **_OPTS)
+def _sos_block(w, S, t0, n, co, z, x, xr):  # pragma: no cover - compiled
+    # samples t0 .. t0+n of row xr of x through the sections, states z (S, 2) in place;
+    # w (S+1, >=n): section inputs (w[0] = x) and the last output, block-local index
+    for i in range(n):
+        w[0, i] = x[xr, t0 + i]
+    for s in range(S):
+        b0 = co[s, 0]
+        b1 = co[s, 1]
+        b2 = co[s, 2]
+        a1 = co[s, 4]
+        a2 = co[s, 5]
+        z1 = z[s, 0]
+        z2 = z[s, 1]
+        for i in range(n):
+            v = w[s, i]
+            out = b0 * v + z1
+            z1 = b1 * v - a1 * out + z2
+            z2 = b2 * v - a2 * out
+            w[s + 1, i] = out
+        z[s, 0] = z1
+        z[s, 1] = z2
+
+
+@njit(parallel=True, **_OPTS)
+def _sos_fwd(x, xrow, sos, crow, zi, y, zf):  # pragma: no cover - compiled
+    R = y.shape[0]
+    T = y.shape[1]
+    S = sos.shape[1]
+    for r in prange(R):
+        fp = denormals_off()
+        xr = xrow[r]
+        c = crow[r]
+        co = np.empty((S, 6))
+        z = np.empty((S, 2))
+        for s in range(S):
+            for k in range(6):
+                co[s, k] = sos[c, s, k]
+            z[s, 0] = zi[r, s, 0]
+            z[s, 1] = zi[r, s, 1]
+        for n in range(T):
+            v = np.float64(x[xr, n])
+            for s in range(S):
+                out = co[s, 0] * v + z[s, 0]
+                z[s, 0] = co[s, 1] * v - co[s, 4] * out + z[s, 1]
+                z[s, 1] = co[s, 2] * v - co[s, 5] * out
+                v = out
+            y[r, n] = v
+        for s in range(S):
+            zf[r, s, 0] = z[s, 0]
+            zf[r, s, 1] = z[s, 1]
+        restore_fp_mode(fp)
+
+
+@njit(parallel=True, **_OPTS)
+def _sos_bwd(gy, gzf, x, xrow, sos, crow, zi, gx, gsos, gzi, want_x, want_c):  # pragma: no cover
+    R = gy.shape[0]
+    T = gy.shape[1]
+    S = sos.shape[1]
+    nb = (T + _CK - 1) // _CK
+    for r in prange(R):
+        fp = denormals_off()
+        xr = xrow[r]
+        c = crow[r]
+        co = np.empty((S, 6))
+        z = np.empty((S, 2))
+        for s in range(S):
+            for k in range(6):
+                co[s, k] = sos[c, s, k]
+            z[s, 0] = zi[r, s, 0]
+            z[s, 1] = zi[r, s, 1]
+        # checkpoints: section states at the start of every block
+        ck = np.empty((nb, S, 2))
+        w = np.empty((S + 1, _CK))
+        for b in range(nb):
+            t0 = b * _CK
+            n = min(_CK, T - t0)
+            for s in range(S):
+                ck[b, s, 0] = z[s, 0]
+                ck[b, s, 1] = z[s, 1]
+            _sos_block(w, S, t0, n, co, z, x, xr)
+        # adjoint states (d/dz1, d/dz2 of the states after the current sample)
+        lam = np.empty((S, 2))
+        for s in range(S):
+            lam[s, 0] = gzf[r, s, 0]
+            lam[s, 1] = gzf[r, s, 1]
+        gc = np.zeros((S, 6))
+        g = np.empty(_CK)
+        for b in range(nb - 1, -1, -1):
+            t0 = b * _CK
+            n = min(_CK, T - t0)
+            for s in range(S):
+                z[s, 0] = ck[b, s, 0]
+                z[s, 1] = ck[b, s, 1]
+            _sos_block(w, S, t0, n, co, z, x, xr)
+            for i in range(n):
+                g[i] = gy[r, t0 + i]
+            for s in range(S - 1, -1, -1):
+                b0 = co[s, 0]
+                b1 = co[s, 1]
+                b2 = co[s, 2]
+                a1 = co[s, 4]
+                a2 = co[s, 5]
+                l1 = lam[s, 0]
+                l2 = lam[s, 1]
+                gb0 = 0.0
+                gb1 = 0.0
+                gb2 = 0.0
+                ga1 = 0.0
+                ga2 = 0.0
+                for i in range(n - 1, -1, -1):
+                    v = w[s, i]
+                    out = w[s + 1, i]
+                    G = g[i] - a1 * l1 - a2 * l2
+                    g[i] = b0 * G + b1 * l1 + b2 * l2
+                    gb0 += G * v
+                    gb1 += l1 * v
+                    gb2 += l2 * v
+                    ga1 -= l1 * out
+                    ga2 -= l2 * out
+                    l2 = l1
+                    l1 = G
+                lam[s, 0] = l1
+                lam[s, 1] = l2
+                gc[s, 0] += gb0
+                gc[s, 1] += gb1
+                gc[s, 2] += gb2
+                gc[s, 4] += ga1
+                gc[s, 5] += ga2
+            if want_x:
+                for i in range(n):
+                    gx[r, t0 + i] = g[i]
+        for s in range(S):
+            gzi[r, s, 0] = lam[s, 0]
+            gzi[r, s, 1] = lam[s, 1]
+            if want_c:
+                for k in range(6):
+                    gsos[r, s, k] = gc[s, k]
+        restore_fp_mode(fp)
+
+
+def sos_forward(
+    x: torch.Tensor, xrow: torch.Tensor, sos: torch.Tensor, crow: torch.Tensor, zi: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x (Rx, T)``, ``xrow (R,)``, ``sos (Rc, S, 6)``, ``crow (R,)``, ``zi (R, S, 2)`` ->
+    ``y (R, T)`` in ``x``'s dtype and ``zf (R, S, 2)`` in ``zi``'s."""
+    _threads()
+    R, T = xrow.shape[0], x.shape[1]
+    y = torch.empty((R, T), dtype=x.dtype)
+    zf = torch.empty(zi.shape, dtype=torch.float64)
+    _sos_fwd(_np(x), _np(xrow), _np(sos.double()), _np(crow), _np(zi.double()), y.numpy(), zf.numpy())
+    return y, zf.to(zi.dtype)
+
+
+def sos_backward(
+    gy: torch.Tensor,
+    gzf: torch.Tensor,
+    x: torch.Tensor,
+    xrow: torch.Tensor,
+    sos: torch.Tensor,
+    crow: torch.Tensor,
+    zi: torch.Tensor,
+    want_x: bool,
+    want_c: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row gradients ``gx (R, T)``, ``gsos (R, S, 6)``, ``gzi (R, S, 2)`` (float64
+    for the coefficient and state gradients, ``x``'s dtype for ``gx``)."""
+    _threads()
+    R, T = gy.shape
+    S = sos.shape[1]
+    gx = torch.empty((R, T) if want_x else (R, 0), dtype=x.dtype)
+    gsos = torch.zeros((R, S, 6) if want_c else (R, S, 0), dtype=torch.float64)
+    gzi = torch.empty((R, S, 2), dtype=torch.float64)
+    _sos_bwd(
+        _np(gy),
+        _np(gzf.double()),
+        _np(x),
+        _np(xrow),
+        _np(sos.double()),
+        _np(crow),
+        _np(zi.double()),
+        gx.numpy(),
+        gsos.numpy(),
+        gzi.numpy(),
+        want_x,
+        want_c,
+    )
+    return gx, gsos, gzi
+
+
+# --------------------------------------------------------------------------------------
+# Cascade of K identical complex one-pole sections with a complex gain, real output
+# --------------------------------------------------------------------------------------
+# u_k[n] = p u_k[n-1] + u_{k-1}[n], u_0 = x (real); w = g u_K;
+# y = Re w (mode 0) or |w| (mode 1)
+
+
+@njit(inline="always", **_OPTS)
+def _res_block(ur, ui, K, t0, n, pr, pi, sr, si, x, xr):  # pragma: no cover - compiled
+    # section states before each sample of the block into ur/ui (K, n); advances sr/si
+    for i in range(n):
+        vr = np.float64(x[xr, t0 + i])
+        vi = 0.0
+        for k in range(K):
+            ur[k, i] = sr[k]
+            ui[k, i] = si[k]
+            nr = pr * sr[k] - pi * si[k] + vr
+            ni = pr * si[k] + pi * sr[k] + vi
+            sr[k] = nr
+            si[k] = ni
+            vr = nr
+            vi = ni
+
+
+@njit(parallel=True, **_OPTS)
+def _res_fwd(x, xrow, pole, gain, mode, crow, zi, y, zf):  # pragma: no cover - compiled
+    R = y.shape[0]
+    T = y.shape[1]
+    K = zi.shape[1]
+    for r in prange(R):
+        fp = denormals_off()
+        xr = xrow[r]
+        c = crow[r]
+        pr = pole[c, 0]
+        pi = pole[c, 1]
+        gr = gain[c, 0]
+        gi = gain[c, 1]
+        use_abs = mode[c] != 0
+        sr = np.empty(K)
+        si = np.empty(K)
+        for k in range(K):
+            sr[k] = zi[r, k, 0]
+            si[k] = zi[r, k, 1]
+        for n in range(T):
+            vr = np.float64(x[xr, n])
+            vi = 0.0
+            for k in range(K):
+                nr = pr * sr[k] - pi * si[k] + vr
+                ni = pr * si[k] + pi * sr[k] + vi
+                sr[k] = nr
+                si[k] = ni
+                vr = nr
+                vi = ni
+            wr = gr * vr - gi * vi
+            if use_abs:
+                wi = gr * vi + gi * vr
+                y[r, n] = math.sqrt(wr * wr + wi * wi)
+            else:
+                y[r, n] = wr
+        for k in range(K):
+            zf[r, k, 0] = sr[k]
+            zf[r, k, 1] = si[k]
+        restore_fp_mode(fp)
+
+
+@njit(parallel=True, **_OPTS)
+def _res_bwd(
+    gy, gzf, x, xrow, pole, gain, mode, crow, zi, gx, gpole, ggain, gzi, want_x, want_c
+):  # pragma: no cover - compiled
+    R = gy.shape[0]
+    T = gy.shape[1]
+    K = zi.shape[1]
+    nb = (T + _CK - 1) // _CK
+    for r in prange(R):
+        fp = denormals_off()
+        xr = xrow[r]
+        c = crow[r]
+        pr = pole[c, 0]
+        pi = pole[c, 1]
+        gr = gain[c, 0]
+        gi = gain[c, 1]
+        use_abs = mode[c] != 0
+        sr = np.empty(K)
+        si = np.empty(K)
+        for k in range(K):
+            sr[k] = zi[r, k, 0]
+            si[k] = zi[r, k, 1]
+        ckr = np.empty((nb, K))
+        cki = np.empty((nb, K))
+        ur = np.empty((K, _CK))
+        ui = np.empty((K, _CK))
+        for b in range(nb):
+            t0 = b * _CK
+            n = min(_CK, T - t0)
+            for k in range(K):
+                ckr[b, k] = sr[k]
+                cki[b, k] = si[k]
+            _res_block(ur, ui, K, t0, n, pr, pi, sr, si, x, xr)
+        # carried adjoints c_k = d/du_k[n] from later samples (initially the final state's)
+        lr = np.empty(K)
+        li = np.empty(K)
+        for k in range(K):
+            lr[k] = gzf[r, k, 0]
+            li[k] = gzf[r, k, 1]
+        gpr = 0.0
+        gpi = 0.0
+        ggr = 0.0
+        ggi = 0.0
+        vr_ = np.empty(K)
+        vi_ = np.empty(K)
+        for b in range(nb - 1, -1, -1):
+            t0 = b * _CK
+            n = min(_CK, T - t0)
+            for k in range(K):
+                sr[k] = ckr[b, k]
+                si[k] = cki[b, k]
+            _res_block(ur, ui, K, t0, n, pr, pi, sr, si, x, xr)
+            for i in range(n - 1, -1, -1):
+                # forward values at this sample: u_k[n] from the states before it
+                vr = np.float64(x[xr, t0 + i])
+                vi = 0.0
+                for k in range(K):
+                    nr = pr * ur[k, i] - pi * ui[k, i] + vr
+                    ni = pr * ui[k, i] + pi * ur[k, i] + vi
+                    vr_[k] = nr
+                    vi_[k] = ni
+                    vr = nr
+                    vi = ni
+                gyv = np.float64(gy[r, t0 + i])
+                if use_abs:
+                    wr = gr * vr - gi * vi
+                    wi = gr * vi + gi * vr
+                    mag = math.sqrt(wr * wr + wi * wi)
+                    if mag > 0.0:
+                        Gwr = gyv * wr / mag
+                        Gwi = gyv * wi / mag
+                    else:
+                        Gwr = 0.0
+                        Gwi = 0.0
+                else:
+                    Gwr = gyv
+                    Gwi = 0.0
+                # G_g += conj(u_K) G_w ; G_u_K = conj(g) G_w
+                ggr += vr * Gwr + vi * Gwi
+                ggi += vr * Gwi - vi * Gwr
+                Gr = gr * Gwr + gi * Gwi
+                Gi = gr * Gwi - gi * Gwr
+                # adjoint down the cascade: lambda_k = carried_k + lambda_{k+1}
+                for k in range(K - 1, -1, -1):
+                    lkr = lr[k] + Gr
+                    lki = li[k] + Gi
+                    # G_p += conj(u_k[n-1]) lambda_k
+                    gpr += ur[k, i] * lkr + ui[k, i] * lki
+                    gpi += ur[k, i] * lki - ui[k, i] * lkr
+                    # carried to u_k[n-1]: conj(p) lambda_k
+                    lr[k] = pr * lkr + pi * lki
+                    li[k] = pr * lki - pi * lkr
+                    Gr = lkr
+                    Gi = lki
+                if want_x:
+                    gx[r, t0 + i] = Gr
+        for k in range(K):
+            gzi[r, k, 0] = lr[k]
+            gzi[r, k, 1] = li[k]
+        if want_c:
+            gpole[r, 0] = gpr
+            gpole[r, 1] = gpi
+            ggain[r, 0] = ggr
+            ggain[r, 1] = ggi
+        restore_fp_mode(fp)
+
+
+def resonator_forward(
+    x: torch.Tensor,
+    xrow: torch.Tensor,
+    pole: torch.Tensor,
+    gain: torch.Tensor,
+    mode: torch.Tensor,
+    crow: torch.Tensor,
+    zi: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x (Rx, T)``; ``pole``, ``gain`` ``(Rc, 2)`` (real, imaginary); ``mode (Rc,)``
+    (0: ``Re``, 1: ``|.|``); ``zi (R, K, 2)`` -> ``y (R, T)``, ``zf (R, K, 2)``."""
+    _threads()
+    R, T = xrow.shape[0], x.shape[1]
+    y = torch.empty((R, T), dtype=x.dtype)
+    zf = torch.empty(zi.shape, dtype=torch.float64)
+    _res_fwd(
+        _np(x),
+        _np(xrow),
+        _np(pole.double()),
+        _np(gain.double()),
+        _np(mode),
+        _np(crow),
+        _np(zi.double()),
+        y.numpy(),
+        zf.numpy(),
+    )
+    return y, zf.to(zi.dtype)
+
+
+def resonator_backward(
+    gy: torch.Tensor,
+    gzf: torch.Tensor,
+    x: torch.Tensor,
+    xrow: torch.Tensor,
+    pole: torch.Tensor,
+    gain: torch.Tensor,
+    mode: torch.Tensor,
+    crow: torch.Tensor,
+    zi: torch.Tensor,
+    want_x: bool,
+    want_c: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row ``gx (R, T)``, ``gpole (R, 2)``, ``ggain (R, 2)``, ``gzi (R, K, 2)``
+    (complex gradients as PyTorch defines them: ``dL/dRe + i dL/dIm``)."""
+    _threads()
+    R, T = gy.shape
+    gx = torch.empty((R, T) if want_x else (R, 0), dtype=x.dtype)
+    gp = torch.zeros((R, 2), dtype=torch.float64)
+    gg = torch.zeros((R, 2), dtype=torch.float64)
+    gzi = torch.empty(zi.shape, dtype=torch.float64)
+    _res_bwd(
+        _np(gy),
+        _np(gzf.double()),
+        _np(x),
+        _np(xrow),
+        _np(pole.double()),
+        _np(gain.double()),
+        _np(mode),
+        _np(crow),
+        _np(zi.double()),
+        gx.numpy(),
+        gp.numpy(),
+        gg.numpy(),
+        gzi.numpy(),
+        want_x,
+        want_c,
+    )
+    return gx, gp, gg, gzi
+
+
+# --------------------------------------------------------------------------------------
+# Adaptation loops with the overshoot limiter (Dau et al. 1996a; Munkner et al. 1996)
+# --------------------------------------------------------------------------------------
+# v_0 = max(x, minlvl); loop j: w = v / s_j; v = lim_j(w) if limit and w > 1 else w;
+# s_j <- a_j s_j + (1 - a_j) v.  lim(w) = 2 m / (1 + e) - (m - 1), e = exp(-2 (w - 1) / m)
+
+
+@njit(inline="always", **_OPTS)
+def _limit(w, m):  # pragma: no cover - compiled
+    e = math.exp(-2.0 * (w - 1.0) / m)
+    return 2.0 * m / (1.0 + e) - (m - 1.0), e
+
+
+@njit(inline="always", **_OPTS)
+def _adapt_block(st, J, t0, n, a, m, minlvl, use_limit, s, x, xr):  # pragma: no cover
+    # loop states before each loop at each sample of the block into st (J, n); advances s
+    for i in range(n):
+        v = np.float64(x[xr, t0 + i])
+        v = v if v > minlvl else minlvl
+        for j in range(J):
+            st[j, i] = s[j]
+            w = v / s[j]
+            if use_limit and w > 1.0:
+                w, _ = _limit(w, m[j])
+            s[j] = a[j] * s[j] + (1.0 - a[j]) * w
+            v = w
+
+
+@njit(parallel=True, **_OPTS)
+def _adapt_fwd(x, xrow, a, m, crow, minlvl, use_limit, zi, y, zf):  # pragma: no cover
+    R = y.shape[0]
+    T = y.shape[1]
+    J = zi.shape[1]
+    for r in prange(R):
+        fp = denormals_off()
+        xr = xrow[r]
+        c = crow[r]
+        aa = np.empty(J)
+        mm = np.empty(J)
+        s = np.empty(J)
+        for j in range(J):
+            aa[j] = a[c, j]
+            mm[j] = m[c, j]
+            s[j] = zi[r, j]
+        for n in range(T):
+            v = np.float64(x[xr, n])
+            v = v if v > minlvl else minlvl
+            for j in range(J):
+                w = v / s[j]
+                if use_limit and w > 1.0:
+                    w, _ = _limit(w, mm[j])
+                s[j] = aa[j] * s[j] + (1.0 - aa[j]) * w
+                v = w
+            y[r, n] = v
+        for j in range(J):
+            zf[r, j] = s[j]
+        restore_fp_mode(fp)
+
+
+@njit(parallel=True, **_OPTS)
+def _adapt_bwd(
+    gy, gzf, x, xrow, a, m, crow, minlvl, use_limit, zi, gx, ga, gm, gzi, want_x, want_c
+):  # pragma: no cover - compiled
+    R = gy.shape[0]
+    T = gy.shape[1]
+    J = zi.shape[1]
+    nb = (T + _CK - 1) // _CK
+    for r in prange(R):
+        fp = denormals_off()
+        xr = xrow[r]
+        c = crow[r]
+        aa = np.empty(J)
+        mm = np.empty(J)
+        s = np.empty(J)
+        for j in range(J):
+            aa[j] = a[c, j]
+            mm[j] = m[c, j]
+            s[j] = zi[r, j]
+        ck = np.empty((nb, J))
+        st = np.empty((J, _CK))
+        for b in range(nb):
+            t0 = b * _CK
+            n = min(_CK, T - t0)
+            for j in range(J):
+                ck[b, j] = s[j]
+            _adapt_block(st, J, t0, n, aa, mm, minlvl, use_limit, s, x, xr)
+        lam = np.empty(J)  # d/ds_j (state after the current sample)
+        for j in range(J):
+            lam[j] = gzf[r, j]
+        gaa = np.zeros(J)
+        gmm = np.zeros(J)
+        vin = np.empty(J)  # input of loop j at this sample
+        wq = np.empty(J)  # quotient v / s_j
+        vout = np.empty(J)  # output of loop j
+        for b in range(nb - 1, -1, -1):
+            t0 = b * _CK
+            n = min(_CK, T - t0)
+            for j in range(J):
+                s[j] = ck[b, j]
+            _adapt_block(st, J, t0, n, aa, mm, minlvl, use_limit, s, x, xr)
+            for i in range(n - 1, -1, -1):
+                x0 = np.float64(x[xr, t0 + i])
+                v = x0 if x0 > minlvl else minlvl
+                for j in range(J):
+                    vin[j] = v
+                    w = v / st[j, i]
+                    wq[j] = w
+                    if use_limit and w > 1.0:
+                        w, _ = _limit(w, mm[j])
+                    vout[j] = w
+                    v = w
+                gv = np.float64(gy[r, t0 + i])
+                for j in range(J - 1, -1, -1):
+                    sj = st[j, i]
+                    lj = lam[j]
+                    gvt = gv + (1.0 - aa[j]) * lj
+                    gs_old = aa[j] * lj
+                    gaa[j] += lj * (sj - vout[j])
+                    w = wq[j]
+                    if use_limit and w > 1.0:
+                        mj = mm[j]
+                        e = math.exp(-2.0 * (w - 1.0) / mj)
+                        d = 1.0 + e
+                        gmm[j] += gvt * (2.0 / d - 4.0 * e * (w - 1.0) / (mj * d * d) - 1.0)
+                        gw = gvt * 4.0 * e / (d * d)
+                    else:
+                        gw = gvt
+                    gv = gw / sj
+                    gs_old -= gw * w / sj
+                    lam[j] = gs_old
+                if want_x:
+                    gx[r, t0 + i] = gv if x0 > minlvl else 0.0
+        for j in range(J):
+            gzi[r, j] = lam[j]
+            if want_c:
+                ga[r, j] = gaa[j]
+                gm[r, j] = gmm[j]
+        restore_fp_mode(fp)
+
+
+def adaptation_forward(
+    x: torch.Tensor,
+    xrow: torch.Tensor,
+    a: torch.Tensor,
+    m: torch.Tensor,
+    crow: torch.Tensor,
+    minlvl: float,
+    use_limit: bool,
+    zi: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x (Rx, T)``, ``a``, ``m`` ``(Rc, J)``, ``zi (R, J)`` -> raw loop output
+    ``v (R, T)`` and final states ``(R, J)``."""
+    _threads()
+    R, T = xrow.shape[0], x.shape[1]
+    y = torch.empty((R, T), dtype=x.dtype)
+    zf = torch.empty(zi.shape, dtype=torch.float64)
+    _adapt_fwd(
+        _np(x),
+        _np(xrow),
+        _np(a.double()),
+        _np(m.double()),
+        _np(crow),
+        float(minlvl),
+        bool(use_limit),
+        _np(zi.double()),
+        y.numpy(),
+        zf.numpy(),
+    )
+    return y, zf.to(zi.dtype)
+
+
+def adaptation_backward(
+    gy: torch.Tensor,
+    gzf: torch.Tensor,
+    x: torch.Tensor,
+    xrow: torch.Tensor,
+    a: torch.Tensor,
+    m: torch.Tensor,
+    crow: torch.Tensor,
+    minlvl: float,
+    use_limit: bool,
+    zi: torch.Tensor,
+    want_x: bool,
+    want_c: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row ``gx (R, T)``, ``ga (R, J)``, ``gm (R, J)``, ``gzi (R, J)``."""
+    _threads()
+    R, T = gy.shape
+    J = zi.shape[1]
+    gx = torch.empty((R, T) if want_x else (R, 0), dtype=x.dtype)
+    ga = torch.zeros((R, J), dtype=torch.float64)
+    gm = torch.zeros((R, J), dtype=torch.float64)
+    gzi = torch.empty((R, J), dtype=torch.float64)
+    _adapt_bwd(
+        _np(gy),
+        _np(gzf.double()),
+        _np(x),
+        _np(xrow),
+        _np(a.double()),
+        _np(m.double()),
+        _np(crow),
+        float(minlvl),
+        bool(use_limit),
+        _np(zi.double()),
+        gx.numpy(),
+        ga.numpy(),
+        gm.numpy(),
+        gzi.numpy(),
+        want_x,
+        want_c,
+    )
+    return gx, ga, gm, gzi

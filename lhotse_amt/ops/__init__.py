@@ -1,0 +1,152 @@
+"""Differentiable recursion operators (``torch.ops.lhotse_amt.*``) with broadcasting wrappers.
+
+Each sequential recursion of the models (second-order sections, complex one-pole
+cascades, adaptation loops, ...) is one registered operator with a CPU kernel, a CUDA
+kernel, a fake implementation and a compiled backward (:mod:`lhotse_amt.ops.recursions`).
+The functions here take tensors shaped ``(..., T)`` with coefficients that broadcast
+against the leading dimensions, like :mod:`torch.nn.functional`, and turn the broadcast
+into the operators' row maps (no input is copied per channel).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .recursions import adaptation_rows, resonator_rows, sosfilt_rows
+
+__all__ = ["sosfilt", "one_pole_cascade", "adaptation_loops_raw", "row_map"]
+
+
+def row_map(shape: tuple[int, ...] | torch.Size, lead: torch.Size, device: torch.device) -> Tensor:
+    """Row of a tensor with leading shape ``shape`` read by each row of the broadcast
+    leading shape ``lead``: ``(prod(lead),)`` int64."""
+    n = math.prod(shape)
+    idx = torch.arange(n, device=device).reshape(tuple(shape))
+    return idx.expand(lead).reshape(-1)
+
+
+def _rows(x: Tensor, T: int) -> Tensor:
+    return x.reshape(-1, T).contiguous()
+
+
+def sosfilt(x: Tensor, sos: Tensor, zi: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Second-order sections over the last axis (operator ``lhotse_amt::sosfilt``).
+
+    Args:
+        x: real ``(..., T)``.
+        sos: ``(..., S, 6)`` rows ``[b0, b1, b2, 1, a1, a2]``, broadcast with ``x.shape[:-1]``.
+        zi: ``(..., S, 2)`` initial states (scipy's convention), zeros if ``None``.
+
+    Returns:
+        ``y (lead..., T)`` in the dtype of ``x`` and ``zf (lead..., S, 2)``.
+    """
+    T = x.shape[-1]
+    S = sos.shape[-2]
+    shapes = [x.shape[:-1], sos.shape[:-2]] + ([] if zi is None else [zi.shape[:-2]])
+    lead = torch.broadcast_shapes(*shapes)
+    sdt = torch.promote_types(sos.dtype, x.dtype)
+    if zi is None:
+        z = x.new_zeros((math.prod(lead), S, 2), dtype=sdt)
+    else:
+        z = zi.to(sdt).expand(*lead, S, 2).reshape(-1, S, 2).contiguous()
+    xrow = row_map(x.shape[:-1], lead, x.device)
+    crow = row_map(sos.shape[:-2], lead, x.device)
+    y, zf = sosfilt_rows(_rows(x, T), xrow, sos.reshape(-1, S, 6).contiguous(), crow, z)
+    return y.reshape(*lead, T), zf.reshape(*lead, S, 2)
+
+
+def _as_ri(z: Tensor, dtype: torch.dtype) -> Tensor:
+    """``(..., 2)`` real view (real, imaginary) of a complex or real tensor."""
+    if torch.is_complex(z):
+        return torch.view_as_real(z.contiguous())
+    z = z.to(dtype)
+    return torch.stack([z, torch.zeros_like(z)], -1)
+
+
+def one_pole_cascade(
+    x: Tensor,
+    pole: Tensor,
+    gain: Tensor,
+    order: int,
+    zi: Tensor | None = None,
+    output: str = "real",
+    use_abs: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """``K = order`` identical complex one-pole sections and a gain (operator
+    ``lhotse_amt::resonator``): ``u_k[n] = p u_k[n-1] + u_{k-1}[n]``, ``u_0 = x``.
+
+    Args:
+        x: real ``(..., T)``.
+        pole: complex ``(...)``; gain: complex or real ``(...)``; both broadcast with
+            ``x.shape[:-1]``.
+        zi: complex section states ``(..., K)`` (``u_k[-1]``), zeros if ``None``.
+        output: ``"real"`` (``Re(g u_K)``), ``"real2"`` (``2 Re(g u_K)``), ``"abs"``
+            (``|g u_K|``), ``"complex"`` (``g u_K``) or ``"mixed"``: ``|g u_K|`` where
+            ``use_abs`` (bool, broadcast like ``pole``) is true, else ``Re(g u_K)``.
+
+    Returns:
+        ``y (lead..., T)`` and the complex final states ``(lead..., K)``.
+    """
+    T = x.shape[-1]
+    rdt = x.dtype
+    cshape = torch.broadcast_shapes(pole.shape, gain.shape)
+    if use_abs is not None:
+        cshape = torch.broadcast_shapes(cshape, use_abs.shape)
+    shapes = [x.shape[:-1], cshape] + ([] if zi is None else [zi.shape[:-1]])
+    lead = torch.broadcast_shapes(*shapes)
+    sdt = torch.float64 if rdt == torch.float64 else torch.float32
+    if zi is None:
+        z = x.new_zeros((math.prod(lead), order, 2), dtype=sdt)
+    else:
+        z = torch.view_as_real(zi.expand(*lead, order).reshape(-1, order).contiguous()).to(sdt)
+    p = _as_ri(pole.expand(cshape).reshape(-1), rdt)
+    if output == "real2":
+        gain = 2 * gain
+    if output == "complex":
+        g = gain.expand(cshape).reshape(-1)
+        yr, zf = one_pole_cascade(x, pole, g.reshape(cshape), order, zi, output="real")
+        yi, _ = one_pole_cascade(x, pole, (-1j * g).reshape(cshape), order, zi, output="real")
+        return torch.complex(yr, yi), zf
+    g = _as_ri(gain.expand(cshape).reshape(-1), rdt)
+    if output in ("real", "real2"):
+        mode = torch.zeros(p.shape[0], dtype=torch.int8, device=x.device)
+    elif output == "abs":
+        mode = torch.ones(p.shape[0], dtype=torch.int8, device=x.device)
+    elif output == "mixed" and use_abs is not None:
+        mode = use_abs.expand(cshape).reshape(-1).to(device=x.device, dtype=torch.int8)
+    else:
+        raise ValueError(
+            f"output must be 'real', 'real2', 'abs', 'complex' or 'mixed' (with use_abs), "
+            f"got {output!r}"
+        )
+    xrow = row_map(x.shape[:-1], lead, x.device)
+    crow = row_map(cshape, lead, x.device)
+    y, zf = resonator_rows(_rows(x, T), xrow, p.contiguous(), g.contiguous(), mode, crow, z)
+    zc = torch.view_as_complex(zf.reshape(*lead, order, 2).contiguous())
+    return y.reshape(*lead, T), zc
+
+
+def adaptation_loops_raw(
+    x: Tensor, a: Tensor, m: Tensor, minlvl: float, use_limit: bool, state: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Adaptation loops (operator ``lhotse_amt::adaptation_loops``): the raw loop output
+    ``v`` before the model-unit scaling and the final states.
+
+    ``x (..., T)``; ``a``, ``m`` ``(..., J)`` broadcast with ``x.shape[:-1]``;
+    ``state (..., J)``.
+    """
+    T = x.shape[-1]
+    J = a.shape[-1]
+    lead = torch.broadcast_shapes(x.shape[:-1], a.shape[:-1], m.shape[:-1], state.shape[:-1])
+    cshape = torch.broadcast_shapes(a.shape[:-1], m.shape[:-1])
+    sdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+    z = state.to(sdt).expand(*lead, J).reshape(-1, J).contiguous()
+    ar = a.expand(*cshape, J).reshape(-1, J).contiguous()
+    mr = m.expand(*cshape, J).reshape(-1, J).contiguous()
+    xrow = row_map(x.shape[:-1], lead, x.device)
+    crow = row_map(cshape, lead, x.device)
+    y, zf = adaptation_rows(_rows(x, T), xrow, ar, mr, crow, float(minlvl), bool(use_limit), z)
+    return y.reshape(*lead, T), zf.reshape(*lead, J)
