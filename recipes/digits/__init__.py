@@ -1,0 +1,1 @@
+"""Isolated-digit recognition on FSDD with auditory-model vs filterbank features."""
