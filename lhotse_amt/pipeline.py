@@ -1,29 +1,93 @@
 """Resumable, atomic feature extraction over CutSets.
 
 :func:`extract_cuts` computes and stores features cut by cut (optionally in worker
-processes). Every finished cut is appended to ``<output>.partial.jsonl`` (flushed and
-fsync'ed), so an interrupted run continues where it stopped without recomputing or
-duplicating finished cuts; the final manifest is written to a temporary file and renamed
-into place, so a failure never leaves a half-written manifest.
+processes) and keeps its progress in ``<output>.partial.jsonl``, so that an interrupted run
+(killed, crashed, power loss) continues where it stopped. The design makes a resume safe by
+construction:
+
+* **Fingerprint.** The log's first line records the extractor (``extractor.to_dict()``,
+  feature type included), the storage (absolute path and type) and the cut IDs. A resume
+  whose settings differ is refused with :class:`ResumeConflictError` naming each difference;
+  ``overwrite=True`` starts over and removes the old log and the feature files of that run.
+* **Durability.** Each cut's features go to their own file (``numpy_files`` or
+  ``lilcom_files``), which is fsync'ed (with its directory) before the cut's manifest line is
+  appended to the log and fsync'ed. A cut counts as done only once its line is on disk.
+* **Ownership.** The files are named ``<cut id>.<run token>`` (the token is recorded in the
+  log), so the files of a run are known: on resume, files of the run that no finished cut
+  references (written by the interrupted run) are removed, and ``overwrite=True`` removes all
+  of them. Other runs sharing the storage directory are never touched.
+* **Verification.** On resume every finished entry is checked: its files exist, load, and
+  have the shape its manifest states; damaged, empty or missing ones are recomputed.
+  Malformed log lines are skipped with a warning (a torn last line is normal).
+* **Exclusion.** ``<output>.lock`` is held with ``flock`` for the whole run; a second run on
+  the same output fails with :class:`OutputLockedError`. The lock dies with its process, so a
+  killed run never blocks the next one.
+* **Workers.** Own worker processes use the spawn context, set ``torch.set_num_threads`` and
+  exit when their parent dies (``PR_SET_PDEATHSIG`` on Linux, plus a parent-PID watcher).
+* **Completion.** The manifest is written to a temporary file and renamed into place, then
+  ``<output>.done.json`` records the fingerprint and the manifest's SHA-256; running again
+  with the same settings returns the finished manifest at once. The log and the lock are
+  removed on success.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import hashlib
 import json
+import logging
 import os
-from collections.abc import Iterable
+import re
+import sys
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from lhotse import CutSet
-from lhotse.cut import Cut
+from lhotse.cut import Cut, MixedCut
+from lhotse.cut.set import deserialize_cut
 from lhotse.features.base import FeatureExtractor
-from lhotse.features.io import get_writer
+from lhotse.features.io import FeaturesWriter, get_writer
 from tqdm.auto import tqdm
 
-__all__ = ["extract_cuts", "partial_manifest_path"]
+__all__ = [
+    "OutputLockedError",
+    "ResumeConflictError",
+    "RESUMABLE_STORAGE_TYPES",
+    "done_record_path",
+    "extract_cuts",
+    "lock_path",
+    "partial_manifest_path",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Storage types that write one file per array (what a resumable run needs to own its files).
+RESUMABLE_STORAGE_TYPES: dict[str, str] = {"numpy_files": ".npy", "lilcom_files": ".llc"}
+
+_FORMAT = 1  # version of the partial-log header and of the done record
+_HEADER_KEY = "lhotse_amt_partial"
+#: Test hook (private): after this many cuts are logged the process SIGKILLs itself, so
+#: tests can interrupt a run at a deterministic point. Never set it outside tests.
+_KILL_AFTER_ENV = "_LHOTSE_AMT_KILL_AFTER"
+
+
+class ResumeConflictError(ValueError):
+    """The partial log or the finished output of ``output_manifest`` was made with other
+    settings (extractor, storage or cuts) than this run; pass ``overwrite=True`` to start
+    over."""
+
+
+class OutputLockedError(RuntimeError):
+    """Another live process is extracting into the same output manifest."""
 
 
 def partial_manifest_path(output_manifest: str | Path) -> Path:
@@ -32,31 +96,240 @@ def partial_manifest_path(output_manifest: str | Path) -> Path:
     return p.with_name(p.name + ".partial.jsonl")
 
 
-def _read_partial(path: Path) -> dict[str, dict]:
-    done: dict[str, dict] = {}
-    if not path.exists():
-        return done
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
+def done_record_path(output_manifest: str | Path) -> Path:
+    """The record :func:`extract_cuts` leaves next to a finished ``output_manifest``."""
+    p = Path(output_manifest)
+    return p.with_name(p.name + ".done.json")
+
+
+def lock_path(output_manifest: str | Path) -> Path:
+    """The lock file held while :func:`extract_cuts` writes ``output_manifest``."""
+    p = Path(output_manifest)
+    return p.with_name(p.name + ".lock")
+
+
+# --------------------------------------------------------------------------- durability
+
+
+def _fsync_path(path: str | Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: str | Path) -> None:
+    with contextlib.suppress(OSError):  # some file systems cannot fsync directories
+        _fsync_path(path)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- the lock
+
+
+@contextlib.contextmanager
+def _output_lock(output: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<output>.lock`` (with this PID in it) while inside.
+
+    The file is removed on exit while still locked; a process that opened the old file
+    meanwhile sees that the path now names another file (or none) and tries again.
+    """
+    import fcntl
+
+    path = lock_path(output)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
             try:
-                d = json.loads(line)
-            except json.JSONDecodeError:
-                break  # a line cut short by the interruption: recompute that cut
-            done[d["id"]] = d
-    return done
+                pid = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            finally:
+                os.close(fd)
+            raise OutputLockedError(
+                f"another extraction is writing {output} (pid {pid}); wait for it to finish "
+                f"(its lock is {path})"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # we locked a file its owner has just removed: take the new one
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- fingerprint
+
+
+def _fingerprint(
+    extractor: FeatureExtractor, storage_path: Path, storage_type: str, ids: list[str]
+) -> dict:
+    digest = hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()
+    fp = {
+        "extractor": extractor.to_dict(),
+        "storage_path": str(storage_path.resolve()),
+        "storage_type": storage_type,
+        "cuts": {"count": len(ids), "sha256": digest},
+    }
+    return json.loads(json.dumps(fp, sort_keys=True, default=str))  # as read back from disk
+
+
+def _differences(old: Any, new: Any, where: str = "") -> list[str]:
+    """Human-readable differences ``where: old -> new`` between two JSON values."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for k in sorted(set(old) | set(new), key=str):
+            w = f"{where}.{k}" if where else str(k)
+            if k not in old:
+                out.append(f"{w}: (absent) -> {new[k]!r}")
+            elif k not in new:
+                out.append(f"{w}: {old[k]!r} -> (absent)")
+            else:
+                out += _differences(old[k], new[k], w)
+        return out
+    return [] if old == new else [f"{where or 'value'}: {old!r} -> {new!r}"]
+
+
+def _conflict(what: str, diffs: list[str]) -> ResumeConflictError:
+    return ResumeConflictError(
+        f"{what} was made with other settings than this run (previous -> now): "
+        + "; ".join(diffs)
+        + ". Use the same settings to continue, or overwrite=True (CLI: --overwrite) to "
+        "start over (this deletes that run's feature files)."
+    )
+
+
+# --------------------------------------------------------------------------- file naming
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _file_stem(cut_id: str, run: str) -> str:
+    """A file name for ``cut_id``'s features in run ``run`` (safe on any file system)."""
+    safe = _SAFE.sub("_", cut_id)[:80]
+    if safe.startswith(".") or safe.startswith("-"):
+        safe = "_" + safe
+    if safe != cut_id:
+        safe += "-" + hashlib.sha1(cut_id.encode()).hexdigest()[:10]
+    return f"{safe}.{run}"
+
+
+def _run_file_re(run: str) -> re.Pattern:
+    suffixes = "|".join(re.escape(s) for s in RESUMABLE_STORAGE_TYPES.values())
+    return re.compile(rf"^.+\.{re.escape(run)}(\.\d+)?({suffixes})$")
+
+
+def _run_files(storage_root: Path, run: str) -> list[Path]:
+    """Every file of run ``run`` under ``storage_root`` (its files sit one level down)."""
+    pattern = _run_file_re(run)
+    found: list[Path] = []
+    if not storage_root.is_dir():
+        return found
+    with os.scandir(storage_root) as top:
+        subdirs = [e.path for e in top if e.is_dir(follow_symlinks=False)]
+    for d in subdirs:
+        with os.scandir(d) as it:
+            found += [Path(e.path) for e in it if e.is_file() and pattern.match(e.name)]
+    return found
+
+
+class _CutFilesWriter(FeaturesWriter):
+    """Writes one cut's arrays to files named by the cut ID and run token (Lhotse's own
+    writers name them with random UUIDs) and fsyncs each file and its directory."""
+
+    def __init__(self, storage_type: str, storage_path: str, stem: str) -> None:
+        self._inner = get_writer(storage_type)(storage_path)
+        self._stem = stem
+        self._count = 0
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    @property
+    def storage_path(self) -> str:
+        return self._inner.storage_path
+
+    def write(self, key: str, value: np.ndarray) -> str:
+        stem = self._stem if self._count == 0 else f"{self._stem}.{self._count}"
+        self._count += 1
+        storage_key = self._inner.write(stem, value)
+        path = Path(self._inner.storage_path) / storage_key
+        _fsync_path(path)
+        _fsync_dir(path.parent)
+        return storage_key
+
+
+# --------------------------------------------------------------------------- workers
 
 
 def _compute_one(
-    cut: Cut, extractor: FeatureExtractor, storage_path: str, storage_type: str
+    cut: Cut, extractor: FeatureExtractor, storage_path: str, storage_type: str, run: str
 ) -> dict:
     import lhotse_amt  # noqa: F401  (registers the extractors in spawned workers)
 
-    with get_writer(storage_type)(storage_path, mode="a") as writer:
-        out = cut.compute_and_store_features(extractor, writer)
-    return out.to_dict()
+    writer = _CutFilesWriter(storage_type, storage_path, _file_stem(cut.id, run))
+    return cut.compute_and_store_features(extractor, writer).to_dict()
+
+
+def _compute_many(
+    cuts: list[Cut], extractor: FeatureExtractor, storage_path: str, storage_type: str, run: str
+) -> list[dict]:
+    return [_compute_one(c, extractor, storage_path, storage_type, run) for c in cuts]
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while True:
+        if os.getppid() != parent_pid:
+            os._exit(1)
+        time.sleep(0.5)
+
+
+def _worker_init(parent_pid: int, num_threads: int) -> None:
+    """Initializer of the own worker processes: exit with the parent, and use
+    ``num_threads`` threads (torch, and the numba kernels that follow it)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+            import signal
+
+            pr_set_pdeathsig = 1
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    import torch
+
+    torch.set_num_threads(num_threads)
 
 
 def _chunks(cuts: Iterable[Cut], size: int) -> Iterable[list[Cut]]:
@@ -68,12 +341,6 @@ def _chunks(cuts: Iterable[Cut], size: int) -> Iterable[list[Cut]]:
             buf = []
     if buf:
         yield buf
-
-
-def _compute_many(
-    cuts: list[Cut], extractor: FeatureExtractor, storage_path: str, storage_type: str
-) -> list[dict]:
-    return [_compute_one(c, extractor, storage_path, storage_type) for c in cuts]
 
 
 def _completed(futures: list[Any]) -> Iterable[Any]:
@@ -88,6 +355,141 @@ def _completed(futures: list[Any]) -> Iterable[Any]:
         return futures
 
 
+# --------------------------------------------------------------------------- the log
+
+
+def _read_partial(path: Path) -> tuple[dict | None, dict[str, dict]]:
+    """The header and the entries (last one per cut ID) of a partial log.
+
+    Lines that are not a JSON object with an ``id`` are skipped with a warning, except a
+    torn last line (no newline: the run was killed while writing it), which is normal.
+    """
+    header: dict | None = None
+    entries: dict[str, dict] = {}
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        torn = i == len(lines) - 1  # not terminated by a newline
+        try:
+            d = json.loads(line)
+            if not isinstance(d, dict):
+                raise ValueError("not a JSON object")
+            if i == 0 and _HEADER_KEY in d:
+                header = d
+                continue
+            if not isinstance(d.get("id"), str) or "type" not in d:
+                raise ValueError("no cut 'id'/'type'")
+        except ValueError as e:  # json.JSONDecodeError is a ValueError
+            if torn:
+                logger.info("%s: ignoring the torn last line", path)
+            else:
+                warnings.warn(
+                    f"{path}, line {i + 1}: skipping a malformed line ({e}); that cut is "
+                    "recomputed",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+            continue
+        entries[d["id"]] = d
+    return header, entries
+
+
+def _feature_manifests(cut: Cut) -> list:
+    if isinstance(cut, MixedCut):
+        return [t.cut.features for t in cut.tracks if getattr(t.cut, "features", None)]
+    f = getattr(cut, "features", None)
+    return [f] if f is not None else []
+
+
+def _check_entry(d: dict, storage_root: Path, storage_type: str, run: str) -> str | None:
+    """Why the finished entry ``d`` cannot be kept (None when its features are sound)."""
+    try:
+        cut = deserialize_cut(copy.deepcopy(d))
+    except Exception as e:  # noqa: BLE001 - any damage means: recompute
+        return f"unreadable manifest ({type(e).__name__}: {e})"
+    feats = _feature_manifests(cut)
+    if not feats:
+        return "no features in its manifest"
+    pattern = _run_file_re(run)
+    for f in feats:
+        path = Path(f.storage_path) / f.storage_key
+        if f.storage_type != storage_type or not pattern.match(path.name):
+            return f"its features {path} are not a file of this run"
+        if path.resolve().parent.parent != storage_root:
+            return f"its features {path} are not under {storage_root}"
+        if not path.is_file():
+            return f"missing feature file {path}"
+        if path.stat().st_size == 0:
+            return f"empty feature file {path}"
+        try:
+            arr = f.load()
+        except Exception as e:  # noqa: BLE001
+            return f"feature file {path} does not load ({type(e).__name__}: {e})"
+        if tuple(arr.shape) != (f.num_frames, f.num_features):
+            return (
+                f"feature file {path} has shape {tuple(arr.shape)}, its manifest says "
+                f"({f.num_frames}, {f.num_features})"
+            )
+    return None
+
+
+def _entry_files(d: dict) -> list[Path]:
+    with contextlib.suppress(Exception):
+        return [
+            Path(f.storage_path) / f.storage_key
+            for f in _feature_manifests(deserialize_cut(copy.deepcopy(d)))
+        ]
+    return []
+
+
+def _remove(paths: Iterable[Path]) -> int:
+    n = 0
+    for p in paths:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+            n += 1
+    return n
+
+
+def _discard_previous(output: Path) -> None:
+    """Remove the partial log, the finished manifest and its record, and every feature file
+    of the runs they describe (the runs' own files only)."""
+    partial = partial_manifest_path(output)
+    done = done_record_path(output)
+    runs: list[tuple[str, str]] = []  # (storage path, run token)
+    files: list[Path] = []
+    if done.exists():
+        with contextlib.suppress(Exception):
+            rec = json.loads(done.read_text())
+            runs.append((rec["fingerprint"]["storage_path"], rec["run"]))
+    if partial.exists():
+        header, entries = _read_partial(partial)
+        if header is not None:
+            runs.append((header["fingerprint"]["storage_path"], header["run"]))
+        else:  # a log without a header: the files its entries name were written by that run
+            for d in entries.values():
+                files += _entry_files(d)
+    # the record first: a crash from here on leaves no claim of a finished output
+    for p in (done, output, partial):
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+    for root, run in runs:
+        files += _run_files(Path(root), run)
+    n = _remove(files)
+    logger.info("overwrite: removed the previous run's log, manifest and %d feature files", n)
+    _fsync_dir(output.parent)
+
+
+def _new_log(partial: Path, header: dict, entries: Iterable[dict]) -> None:
+    body = "".join(json.dumps(d) + "\n" for d in [header, *entries])
+    _write_atomic(partial, body.encode())
+
+
+# --------------------------------------------------------------------------- entry point
+
+
 def extract_cuts(
     cuts: CutSet,
     extractor: FeatureExtractor,
@@ -98,63 +500,193 @@ def extract_cuts(
     progress_bar: bool = True,
     executor: Any | None = None,
     chunk_size: int = 8,
+    overwrite: bool = False,
+    num_threads: int | None = None,
 ) -> CutSet:
     """Compute and store features for ``cuts`` and write ``output_manifest`` atomically.
 
-    Resumes from ``<output_manifest>.partial.jsonl`` when it exists. Work runs in this
-    process (``num_jobs=1``), in ``num_jobs`` spawned worker processes, or on ``executor``:
-    anything with ``submit(fn, *args)`` returning futures, e.g. a
-    ``concurrent.futures`` executor or a Dask ``distributed.Client`` (its workers need
-    ``lhotse_amt`` installed and the audio and storage paths visible). Cuts are sent in
-    chunks of ``chunk_size``. Returns the cuts with features, in the input order.
+    Resumes from ``<output_manifest>.partial.jsonl`` when it exists (see the module
+    docstring for what makes this safe); a finished output made with the same settings is
+    returned at once. Work runs in this process (``num_jobs=1``), in ``num_jobs`` spawned
+    worker processes, or on ``executor``: anything with ``submit(fn, *args)`` returning
+    futures, e.g. a ``concurrent.futures`` executor or a Dask ``distributed.Client`` (its
+    workers need ``lhotse_amt`` installed and the audio and storage paths visible). Cuts are
+    sent in chunks of ``chunk_size``.
+
+    :param storage_type: one of :data:`RESUMABLE_STORAGE_TYPES` (one file per cut; archive
+        types such as ``lilcom_chunky`` cannot be resumed safely and are refused).
+    :param overwrite: start over: delete the partial log or the finished output of
+        ``output_manifest`` and the feature files of the run(s) that wrote them.
+    :param num_threads: torch (and numba) threads per own worker process; default: the CPU
+        count divided by ``num_jobs`` (at least 1). With ``num_jobs=1`` and no executor it
+        applies for the duration of the call. Ignored for an ``executor``.
+    :return: the cuts with features, in the input order.
+    :raises ResumeConflictError: the partial log or finished output was made with another
+        extractor configuration, storage or cut set (the message names each difference).
+    :raises OutputLockedError: another process is extracting into ``output_manifest``.
     """
-    output_manifest = Path(output_manifest)
-    output_manifest.parent.mkdir(parents=True, exist_ok=True)
-    Path(storage_path).mkdir(parents=True, exist_ok=True)
-    partial = partial_manifest_path(output_manifest)
-    done = _read_partial(partial)
+    if storage_type not in RESUMABLE_STORAGE_TYPES:
+        raise ValueError(
+            f"storage_type={storage_type!r} cannot be resumed safely (an archive shared by "
+            "all cuts can be left damaged by an interruption and written by several workers "
+            f"at once); use one of {sorted(RESUMABLE_STORAGE_TYPES)}"
+        )
+    if "://" in str(storage_path):
+        raise ValueError(
+            f"storage_path={str(storage_path)!r}: resumable extraction needs a local directory"
+        )
+    if not isinstance(num_jobs, int) or num_jobs < 1:
+        raise ValueError(f"num_jobs={num_jobs!r}: must be an integer >= 1")
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size={chunk_size!r}: must be an integer >= 1")
+    if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
+        raise ValueError(f"num_threads={num_threads!r}: must be None or an integer >= 1")
+    output = Path(output_manifest)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    storage_path = Path(storage_path)
     ids = [c.id for c in cuts]
     if len(set(ids)) != len(ids):
         raise ValueError("the CutSet has duplicate cut IDs; resuming needs unique IDs")
-    todo = [c for c in cuts if c.id not in done]
-    bar = tqdm(
-        total=len(ids),
-        initial=len(ids) - len(todo),
-        desc="Extracting features",
-        disable=not progress_bar,
-    )
-    with open(partial, "a") as log:
+    fp = _fingerprint(extractor, storage_path, storage_type, ids)
+    partial = partial_manifest_path(output)
+    done_rec = done_record_path(output)
 
-        def record(d: dict) -> None:
-            log.write(json.dumps(d) + "\n")
-            log.flush()
-            os.fsync(log.fileno())
-            done[d["id"]] = d
-            bar.update(1)
+    def say(msg: str) -> None:
+        logger.info(msg)
+        if progress_bar:
+            print(msg, file=sys.stderr)
 
-        if executor is None and num_jobs <= 1:
-            for c in todo:
-                record(_compute_one(c, extractor, str(storage_path), storage_type))
-        else:
-            own = executor is None
-            pool = executor or ProcessPoolExecutor(num_jobs, mp_context=get_context("spawn"))
-            try:
-                futs = [
-                    pool.submit(_compute_many, chunk, extractor, str(storage_path), storage_type)
-                    for chunk in _chunks(todo, chunk_size)
-                ]
-                for fut in _completed(futs):
-                    for d in fut.result():
-                        record(d)
-            finally:
+    with _output_lock(output):
+        if overwrite:
+            _discard_previous(output)
+        elif not partial.exists():
+            if done_rec.exists():
+                try:
+                    rec = json.loads(done_rec.read_text())
+                    diffs = _differences(rec["fingerprint"], fp)
+                    sha = rec["manifest_sha256"]
+                except (ValueError, KeyError, TypeError) as e:
+                    diffs, sha = [f"{done_rec} is unreadable ({type(e).__name__}: {e})"], None
+                if not output.exists():
+                    diffs.append(f"{output} was removed after the extraction wrote it")
+                elif sha is not None and _sha256_file(output) != sha:
+                    diffs.append(f"{output} was changed after the extraction wrote it")
+                if diffs:
+                    raise _conflict(f"The finished output {output}", diffs)
+                say(
+                    f"{output} is already complete for these settings; nothing to do "
+                    "(overwrite=True / --overwrite recomputes it)"
+                )
+                return CutSet.from_file(output)
+            if output.exists():
+                raise ResumeConflictError(
+                    f"{output} exists but has no record of a finished extraction "
+                    f"({done_rec.name}); pass overwrite=True (CLI: --overwrite) to replace it"
+                )
+        storage_path.mkdir(parents=True, exist_ok=True)
+        storage_root = storage_path.resolve()
+        done: dict[str, dict] = {}
+        header: dict | None = None
+        if partial.exists():
+            header, entries = _read_partial(partial)
+            if header is None and entries:
+                raise ResumeConflictError(
+                    f"{partial} has no settings header (written by an older lhotse_amt), so "
+                    "it cannot be checked against this run; pass overwrite=True (CLI: "
+                    "--overwrite) to start over"
+                )
+            if header is not None:
+                diffs = _differences(header.get("fingerprint"), fp)
+                if diffs:
+                    raise _conflict(f"The interrupted run in {partial}", diffs)
+                run = header["run"]
+                for cid, d in entries.items():
+                    problem = _check_entry(d, storage_root, storage_type, run)
+                    if problem is None:
+                        done[cid] = d
+                    else:
+                        warnings.warn(
+                            f"{partial}: cut {cid!r} is recomputed: {problem}",
+                            RuntimeWarning,
+                            stacklevel=2,
+                        )
+                keep = {p.resolve() for d in done.values() for p in _entry_files(d)}
+                orphans = [p for p in _run_files(storage_root, run) if p.resolve() not in keep]
+                if orphans:
+                    logger.info("removing %d unfinished feature files", _remove(orphans))
+        if header is None:
+            header = {_HEADER_KEY: _FORMAT, "run": uuid.uuid4().hex[:12], "fingerprint": fp}
+        run = header["run"]
+        _new_log(partial, header, done.values())  # drops bad lines and any torn tail
+        todo = [c for c in cuts if c.id not in done]
+        kill_after = int(os.environ.get(_KILL_AFTER_ENV, "0") or 0)
+        bar = tqdm(
+            total=len(ids),
+            initial=len(done),
+            desc="Extracting features",
+            disable=not progress_bar,
+        )
+        with open(partial, "a") as log:
+            logged = 0
+
+            def record(d: dict) -> None:
+                nonlocal logged
+                log.write(json.dumps(d) + "\n")
+                log.flush()
+                os.fsync(log.fileno())
+                done[d["id"]] = d
+                bar.update(1)
+                logged += 1
+                if kill_after and logged >= kill_after:  # test hook, see _KILL_AFTER_ENV
+                    import signal
+
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+            args = (extractor, str(storage_path), storage_type, run)
+            if executor is None and num_jobs == 1:
+                import torch
+
+                threads = torch.get_num_threads()
+                if num_threads is not None:
+                    torch.set_num_threads(num_threads)
+                try:
+                    for c in todo:
+                        record(_compute_one(c, *args))
+                finally:
+                    torch.set_num_threads(threads)
+            elif todo:
+                own = executor is None
                 if own:
-                    pool.shutdown()
-    bar.close()
-    result = CutSet.from_dicts([done[i] for i in ids])
-    tmp = output_manifest.with_name(
-        output_manifest.name + ".tmp" + "".join(output_manifest.suffixes)
-    )
-    result.to_file(tmp)
-    os.replace(tmp, output_manifest)
-    partial.unlink()
+                    per_job = num_threads or max(1, (os.cpu_count() or 1) // num_jobs)
+                    pool = ProcessPoolExecutor(
+                        num_jobs,
+                        mp_context=get_context("spawn"),
+                        initializer=_worker_init,
+                        initargs=(os.getpid(), per_job),
+                    )
+                else:
+                    pool = executor
+                try:
+                    futs = [
+                        pool.submit(_compute_many, chunk, *args)
+                        for chunk in _chunks(todo, chunk_size)
+                    ]
+                    for fut in _completed(futs):
+                        for d in fut.result():
+                            record(d)
+                finally:
+                    if own:
+                        pool.shutdown(wait=True, cancel_futures=True)
+        bar.close()
+        result = CutSet.from_dicts([done[i] for i in ids])
+        tmp = output.with_name(output.name + ".tmp" + "".join(output.suffixes))
+        result.to_file(tmp)
+        _fsync_path(tmp)
+        os.replace(tmp, output)
+        _fsync_dir(output.parent)
+        record_ = {"format": _FORMAT, "run": run, "fingerprint": fp}
+        record_["manifest_sha256"] = _sha256_file(output)
+        _write_atomic(done_rec, (json.dumps(record_, indent=1) + "\n").encode())
+        partial.unlink()
+        _fsync_dir(output.parent)
     return result
