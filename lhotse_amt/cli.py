@@ -158,6 +158,14 @@ def _extract_cuts_command(group: click.Group, name: str) -> None:
     @group.command(name=name, context_settings=dict(show_default=True))
     @_extraction_io
     @click.option("-j", "--num-jobs", type=int, default=1, help="Number of parallel processes.")
+    @click.option(
+        "--overwrite",
+        "--restart",
+        "overwrite",
+        is_flag=True,
+        help="Start over: delete the interrupted run's progress or the finished OUTPUT_CUTSET "
+        "and the feature files that run wrote.",
+    )
     def extract_cuts_cmd(
         cutset: str,
         output_cutset: str,
@@ -165,18 +173,42 @@ def _extract_cuts_command(group: click.Group, name: str) -> None:
         feature_manifest: str | None,
         storage_type: str,
         num_jobs: int,
+        overwrite: bool,
     ) -> None:
         """Extract features for the cuts in CUTSET, store them under STORAGE_PATH and write
         OUTPUT_CUTSET. An interrupted run resumes where it stopped (progress is kept in
-        OUTPUT_CUTSET.partial.jsonl); the output manifest is written atomically."""
+        OUTPUT_CUTSET.partial.jsonl) if the extractor, storage and cuts are the same (else it
+        stops and names what differs; --overwrite starts over); a finished output is not
+        recomputed; the output manifest is written atomically. One file per cut: the storage
+        type is numpy_files or lilcom_files."""
         from lhotse import CutSet, Fbank
 
-        from .pipeline import extract_cuts
-
-        ex = FeatureExtractor.from_yaml(feature_manifest) if feature_manifest else Fbank()
-        extract_cuts(
-            CutSet.from_file(cutset), ex, storage_path, output_cutset, num_jobs, storage_type
+        from .pipeline import (
+            RESUMABLE_STORAGE_TYPES,
+            OutputLockedError,
+            ResumeConflictError,
+            extract_cuts,
         )
+
+        if storage_type not in RESUMABLE_STORAGE_TYPES:
+            raise click.BadParameter(
+                f"{storage_type!r} stores all cuts in one archive, which cannot be resumed "
+                f"safely; use one of {sorted(RESUMABLE_STORAGE_TYPES)}",
+                param_hint="--storage-type",
+            )
+        ex = FeatureExtractor.from_yaml(feature_manifest) if feature_manifest else Fbank()
+        try:
+            extract_cuts(
+                CutSet.from_file(cutset),
+                ex,
+                storage_path,
+                output_cutset,
+                num_jobs,
+                storage_type,
+                overwrite=overwrite,
+            )
+        except (OutputLockedError, ResumeConflictError) as e:
+            raise click.ClickException(str(e)) from e
 
 
 def _extract_cuts_batch_command(group: click.Group, name: str) -> None:
