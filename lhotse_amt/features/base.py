@@ -308,10 +308,13 @@ class AuditoryExtractor(FeatureExtractor):
         """Gain that brings ``(C_in, T)`` audio to the model's level convention."""
         c = self.config
         if c.target_level_db_spl is not None:
-            # rms over the item in float64, in blocks (no float64 copy of a long signal)
+            # rms over the item in float64, in blocks (no float64 copy of a long signal);
+            # numpy's pairwise sum on this thread: torch's reduction splits by thread count,
+            # and its last bits with it
             step = 1 << 20
+            xn = x.detach().cpu().numpy()
             ss = sum(
-                float(x[..., i : min(i + step, n)].double().square().sum())
+                float(np.square(xn[..., i : min(i + step, n)], dtype=np.float64).sum())
                 for i in range(0, n, step)
             )
             rms = (ss / max(1, n * x.shape[0])) ** 0.5

@@ -132,9 +132,22 @@ def fir_filter_full(x: Tensor, h: Tensor) -> Tensor:
     Returns:
         ``(..., N + M - 1)``. For the symmetric 4097-tap ear filters, output index ``m``
         corresponds to input time ``m - 2048`` (zero-phase filtering).
+
+    Without gradient on the CPU the transforms are :mod:`scipy.fft`'s on the calling thread:
+    torch's CPU FFT splits its work by the intra-op thread count and its results change in
+    the last bits with it, which would make the loudness features depend on
+    ``torch.set_num_threads``.
     """
     n = x.shape[-1] + h.shape[-1] - 1
     nfft = 1 << (n - 1).bit_length()
+    if x.device.type == "cpu" and not grad_recorded(x, h):
+        import scipy.fft
+
+        xs = x.detach().numpy()
+        spec = scipy.fft.rfft(xs, nfft, workers=1)
+        spec *= scipy.fft.rfft(h.detach().to(x.dtype).numpy(), nfft, workers=1)
+        y_np = scipy.fft.irfft(spec, nfft, overwrite_x=True, workers=1)[..., :n]
+        return torch.from_numpy(y_np.astype(xs.dtype, copy=False))
     y = torch.fft.irfft(torch.fft.rfft(x, nfft) * torch.fft.rfft(h.to(x.dtype), nfft), nfft)
     return y[..., :n]
 
@@ -287,6 +300,7 @@ def multires_intensity(
         out = z.new_zeros(*lead, n_frames, N_BINS)
     if compiled:
         from lhotse_amt.kernels.loudness_fused import power_into, windowed_autocorr
+        from lhotse_amt.kernels.matmul import matmul
 
         out2 = out.view(-1, N_BINS).numpy()
         zp2 = zp.detach().reshape(-1, zp.shape[-1]).numpy()
@@ -298,13 +312,16 @@ def multires_intensity(
             sliding_dft_power(zp2, start, n_frames, sliding[length], int(bins[0]) - 1, out2)
             continue
         seg = zp[..., start : start + HOP * (n_frames - 1) + length].unfold(-1, length, HOP)
-        y = seg.reshape(-1, length) @ basis
         nb = len(bins)
         lo = int(bins[0]) - 1
         contiguous = nb and int(bins[-1]) - int(bins[0]) + 1 == nb  # bins ascend, no repeats
         if compiled and contiguous:
-            power_into(y.numpy(), lo, out2)
+            # fixed-order product: the same bits for every thread count (torch's product is
+            # not); one row of segments is a strided view of the signal, not a copy
+            seg2 = seg.detach().reshape(-1, length).numpy()
+            power_into(matmul(seg2, basis.detach().numpy()), lo, out2)
             continue
+        y = seg.reshape(-1, length) @ basis
         y = y.reshape(*lead, n_frames, basis.shape[1])
         re, im = y[..., :nb], y[..., nb:]
         p = torch.addcmul(re * re, im, im)
@@ -567,14 +584,19 @@ class FastExcitation:
         # the row (sparse float64 updates, see subtract_pruned)
         pruned_per_row = float(col_pruned[h0:].sum()) / max(rows.shape[0], 1)
         auto_cost = h0 + 320.0 + 14.0 * pruned_per_row
+        # the products are fixed-order (kernels.matmul): the same bits for every thread
+        # count, and no BLAS thread pool to stall on a busy machine
+        from lhotse_amt.kernels.loudness_fused import subtract_pruned
+        from lhotse_amt.kernels.matmul import matmul
+
+        ik_np = ik.numpy()
+        wu = self.wu.numpy()
         if n_u <= auto_cost:
             if n_u == N_BINS:
-                return ik @ self.wu
-            idx = torch.from_numpy(cols)
-            return ik[:, idx] @ self.wu[idx]
-        acc = ik[:, :h0] @ self.wu[:h0]
-        hi = autocorr.to(torch.float64) @ self.awu
-        from lhotse_amt.kernels.loudness_fused import subtract_pruned
+                return torch.from_numpy(matmul(ik_np, wu))
+            return torch.from_numpy(matmul(ik_np[:, cols], wu[cols]))
+        acc = torch.from_numpy(matmul(ik_np[:, :h0], wu[:h0]))
+        hi = torch.from_numpy(matmul(autocorr.to(torch.float64).numpy(), self.awu.numpy()))
 
         # minus the not-kept components the autocorrelation includes, and acc += hi, in one
         # pass (a row without pruned components costs a scan of compares)

@@ -44,11 +44,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 from numba import njit
 
 from .fastmath import prefer_wide_vectors
 from .loudness import _LN2, _exp64, _log2_pos32
+from .matmul import matmul
 
 __all__ = [
     "binaural_inhibition_apply",
@@ -539,15 +539,15 @@ def sliding_dft_power(
     per frame and frequency: each frame adds one block of ``hop`` new samples and removes the
     oldest (sliding DFT, Jacobsen & Lyons 2003, IEEE Signal Process. Mag. 20(2), 110-111); the
     Hann window is applied in the frequency domain (three rectangular-window frequencies per
-    bin). The block DFTs are one matrix product; the recursion restarts from the blocks every
+    bin). The block DFTs are one fixed-order matrix product (:func:`lhotse_amt.kernels.matmul.
+    matmul`: the same bits for every thread count); the recursion restarts from the blocks every
     64 frames, so rounding does not accumulate over long inputs. ``plan``: :func:`sliding_plan`.
     """
     length, hop, basis, rot, wts, offs, nb = plan
     nbl = length // hop
     n_blk = n_frames + nbl - 1
     blocks = np.ascontiguousarray(zp[:, start : start + hop * n_blk], dtype=np.float64)
-    # torch's product: it follows torch.set_num_threads (numpy's BLAS keeps its own thread
-    # pool, whose idle spinning would double the CPU time of a "one-thread" run)
-    h = torch.from_numpy(blocks.reshape(-1, hop)) @ torch.from_numpy(np.asarray(basis))
-    h = h.numpy().reshape(zp.shape[0], n_blk, -1)
+    # fixed-order product (kernels.matmul): bitwise the same for every thread count, and no
+    # BLAS thread pool (numpy's spins while idle; torch's stalls on a busy machine)
+    h = matmul(blocks.reshape(-1, hop), basis).reshape(zp.shape[0], n_blk, -1)
     _sliding_power(h, int(n_frames), nbl, rot, wts, offs, nb, int(lo), 64, out)
