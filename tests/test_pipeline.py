@@ -269,7 +269,10 @@ def test_workers_exit_when_the_parent_is_killed(cuts, tmp_path):
     parent.send_signal(signal.SIGKILL)
     parent.wait()
     _, alive = psutil.wait_procs(children, timeout=10)
-    assert not alive, [p.cmdline() for p in alive]
+    survivors = [(p.pid, " ".join(p.cmdline())) for p in alive]
+    for p in alive:  # leave nothing behind when the test fails
+        p.kill()
+    assert not survivors, survivors
 
 
 def test_workers_use_the_given_threads_without_lhotse_thread_warning(cuts, tmp_path, caplog):
