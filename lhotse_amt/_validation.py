@@ -29,9 +29,12 @@ from torch import Tensor
 __all__ = [
     "MAX_SAMPLING_RATE",
     "as_float_tensor",
+    "check_band",
     "check_bool",
     "check_choice",
     "check_device",
+    "check_dtype",
+    "check_kwargs",
     "check_int",
     "check_level_db",
     "check_number",
@@ -160,6 +163,19 @@ def check_rate(name: str, fs: Any, *, integral: bool = False) -> float:
     return v
 
 
+def check_band(
+    lo: Any, hi: Any, *, names: tuple[str, str] = ("flow", "fhigh")
+) -> tuple[float, float]:
+    """Two finite frequencies (Hz) with ``0 < lo < hi``; returns them as floats."""
+    a = check_positive_finite(names[0], lo)
+    b = check_positive_finite(names[1], hi)
+    if not a < b:
+        raise ValueError(
+            f"{names[0]} must be below {names[1]}, got {names[0]}={lo!r}, {names[1]}={hi!r}"
+        )
+    return a, b
+
+
 def check_level_db(name: str, value: Any, *, allow_none: bool = False) -> float | None:
     """A level in dB SPL, finite and within :data:`LEVEL_DB_RANGE` (-50 ... 200 dB SPL)."""
     return check_number(
@@ -218,6 +234,34 @@ def check_choice(name: str, value: Any, allowed: Collection[Any]) -> Any:
     if not kinds:
         raise TypeError(f"{name} must be one of {options}, got {value!r} ({_type_name(value)})")
     raise ValueError(f"{name} must be one of {options}, got {value!r}")
+
+
+def check_dtype(
+    name: str,
+    dtype: Any,
+    allowed: Collection[torch.dtype] = (torch.float32, torch.float64),
+) -> torch.dtype:
+    """A :class:`torch.dtype` among ``allowed`` (default float32/float64)."""
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(
+            f"{name} must be a torch.dtype ({', '.join(map(str, allowed))}), got {dtype!r} "
+            f"({_type_name(dtype)})"
+        )
+    if dtype not in tuple(allowed):
+        raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {dtype}")
+    return dtype
+
+
+def check_kwargs(name: str, value: Any) -> dict:
+    """An optional keyword-argument dict (``None`` gives ``{}``); its keys must be str."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"{name} must be a dict or None, got {value!r} ({_type_name(value)})")
+    bad = [k for k in value if not isinstance(k, str)]
+    if bad:
+        raise TypeError(f"{name} keys must be strings, got {bad!r}")
+    return dict(value)
 
 
 def check_device(name: str, device: Any) -> torch.device:
@@ -283,20 +327,22 @@ def as_float_tensor(x: np.ndarray | Tensor, dtype: torch.dtype | None = None) ->
 def check_signal(
     x: Any,
     min_samples: int = 1,
-    max_dim: int = 2,
+    max_dim: int | None = 2,
     what: str | None = None,
     *,
     name: str | None = None,
     min_dim: int = 1,
     finite: bool = True,
+    allow_empty: bool = False,
 ) -> Tensor:
     """Check a signal tensor with time on the last axis and return it.
 
     ``TypeError`` if ``x`` is not a :class:`torch.Tensor`; ``ValueError`` if its dtype is
     not real floating point (integer PCM, bool, complex), if it has fewer than ``min_dim``
-    or more than ``max_dim`` dimensions, fewer than ``min_samples`` samples, an empty
-    batch, or (``finite``) NaN/inf samples. ``name`` (or the older ``what``) names the
-    argument in the messages.
+    or more than ``max_dim`` (``None``: any number of) dimensions, fewer than
+    ``min_samples`` samples on the last axis, no elements (unless ``allow_empty``), or
+    (``finite``) NaN/inf samples. ``name`` (or the older ``what``) names the argument in
+    the messages.
     """
     label = name or what or "signal"
     if not isinstance(x, Tensor):
@@ -306,17 +352,20 @@ def check_signal(
             f"{label} must be a real floating point tensor (float32/float64), got dtype "
             f"{x.dtype}; integer PCM must be scaled to [-1, 1] first (e.g. x / 32768 for int16)"
         )
-    if x.dim() < max(1, min_dim) or x.dim() > max_dim:
-        lo = max(1, min_dim)
-        rng = f"{lo}" if lo == max_dim else f"{lo} to {max_dim}"
-        raise ValueError(
-            f"{label} must have {rng} dimensions with time last, got shape {tuple(x.shape)}"
-        )
-    if x.shape[-1] < min_samples:
+    if x.dim() < min_dim or (max_dim is not None and x.dim() > max_dim):
+        if max_dim is None:
+            rng = f"at least {min_dim}"
+        elif min_dim == max_dim:
+            rng = f"{min_dim}"
+        else:
+            rng = f"{min_dim} to {max_dim}"
+        tail = " with time last" if min_dim >= 1 else ""
+        raise ValueError(f"{label} must have {rng} dimensions{tail}, got shape {tuple(x.shape)}")
+    if x.dim() >= 1 and x.shape[-1] < min_samples:
         raise ValueError(
             f"{label} is too short: {x.shape[-1]} samples, need at least {min_samples}"
         )
-    if x.numel() == 0:
+    if x.numel() == 0 and not allow_empty:
         raise ValueError(f"{label} is an empty batch (shape {tuple(x.shape)})")
     if finite and not bool(torch.isfinite(x).all()):
         raise ValueError(f"{label} contains NaN or infinite samples")

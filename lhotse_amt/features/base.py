@@ -103,7 +103,8 @@ class AuditoryConfig:
         self.sampling_rate = check_rate("sampling_rate", self.sampling_rate, integral=True)
         self.frame_shift = check_positive_finite("frame_shift", self.frame_shift)
         hop = self.frame_shift * self.sampling_rate
-        if abs(hop - round(hop)) > 1e-9 * max(1.0, hop) or round(hop) < 1:
+        # relative tolerance 1e-6: a float32 frame shift (0.0125 -> 0.0125000002) is fine
+        if abs(hop - round(hop)) > 1e-6 * max(1.0, hop) or round(hop) < 1:
             raise ValueError(
                 f"frame_shift * sampling_rate must be a positive integer number of samples, got "
                 f"{self.frame_shift} * {self.sampling_rate} = {hop}"

@@ -16,11 +16,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .._validation import check_level_db, check_number, check_positive_finite, check_signal
+
 __all__ = ["knee_amplitude", "broken_stick_compression", "power_compression"]
 
 
 def knee_amplitude(knee_db: float = 30.0, dboffset: float = 100.0) -> float:
     """Amplitude of the knee: ``10^((knee_db - dboffset) / 20)``."""
+    check_number("knee_db", knee_db, min=-300.0, max=300.0)
+    check_level_db("dboffset", dboffset)
     return 10.0 ** ((knee_db - dboffset) / 20.0)
 
 
@@ -30,6 +34,8 @@ def broken_stick_compression(
     """Broken-stick compression of ``x (...)`` (shape kept): linear below the knee,
     ``sign(x) K (|x|/K)^n`` above it. ``exponent`` may be a (learnable) tensor
     broadcasting with ``x``."""
+    check_signal(x, min_samples=0, min_dim=0, max_dim=None, allow_empty=True, name="x")
+    _check_exponent(exponent)
     K = knee_amplitude(knee_db, dboffset)
     ax = x.abs()
     # clamp keeps the unused branch finite (and its gradient zero) below the knee
@@ -39,4 +45,17 @@ def broken_stick_compression(
 
 def power_compression(x: Tensor, exponent: float | Tensor = 0.3) -> Tensor:
     """``sign(x) |x|^n`` (the derivative is unbounded at 0)."""
+    check_signal(x, min_samples=0, min_dim=0, max_dim=None, allow_empty=True, name="x")
+    _check_exponent(exponent)
     return torch.sign(x) * x.abs() ** exponent
+
+
+def _check_exponent(exponent: float | Tensor) -> None:
+    """A positive finite compression exponent (a number or a floating tensor)."""
+    if isinstance(exponent, Tensor):
+        if not exponent.is_floating_point():
+            raise ValueError(f"exponent must be a floating tensor, got dtype {exponent.dtype}")
+        if not bool(torch.isfinite(exponent).all() and (exponent > 0).all()):
+            raise ValueError("exponent must be finite and > 0 everywhere")
+        return
+    check_positive_finite("exponent", exponent)

@@ -60,6 +60,7 @@ import scipy.signal
 import torch
 from torch import Tensor
 
+from .._validation import check_choice, check_int, check_rate, check_signal
 from .iir import resolve_backend, sosfilt
 
 __all__ = [
@@ -130,8 +131,8 @@ def drnl_parameters(fc: np.ndarray, preset: str = "jepsen2008", **overrides) -> 
         dict with ``(C,)`` arrays ``lin_gain, lin_fc, lin_bw, lin_lp, nl_fc, nl_bw, nl_lp, a, b``,
         the scalar ``c`` and the integer orders.
     """
-    if preset not in DRNL_PRESETS:
-        raise ValueError(f"unknown DRNL preset {preset!r}; choose from {sorted(DRNL_PRESETS)}")
+    check_choice("preset", preset, tuple(DRNL_PRESETS))
+    _check_freqs("fc", fc)
     p = dict(DRNL_PRESETS[preset])
     unknown = set(overrides) - set(p)
     if unknown:
@@ -153,6 +154,16 @@ def drnl_parameters(fc: np.ndarray, preset: str = "jepsen2008", **overrides) -> 
     return out
 
 
+def _check_freqs(name: str, f: np.ndarray | float) -> np.ndarray:
+    """``(C,)`` frequencies (Hz), finite and > 0, as a float64 array."""
+    a = np.atleast_1d(np.asarray(f, np.float64))
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D array of frequencies, got {a.shape}")
+    if not (np.isfinite(a).all() and (a > 0).all()):
+        raise ValueError(f"{name} must be finite and > 0 (Hz), got {a}")
+    return a
+
+
 def classic_gammatone_sos(f: np.ndarray, bw: np.ndarray, fs: float, order: int) -> np.ndarray:
     """``(C, order, 6)`` sections of the AMT "classic" pole-zero gammatone (module docstring).
 
@@ -160,8 +171,10 @@ def classic_gammatone_sos(f: np.ndarray, bw: np.ndarray, fs: float, order: int) 
         f: ``(C,)`` centre frequencies (Hz); bw: ``(C,)`` bandwidth parameters (Hz).
         fs: sampling rate (Hz); order: number of identical biquads.
     """
-    f = np.atleast_1d(np.asarray(f, np.float64))
-    bw = np.atleast_1d(np.asarray(bw, np.float64))
+    check_rate("fs", fs)
+    check_int("order", order, min=1)
+    f = _check_freqs("f", f)
+    bw = _check_freqs("bw", bw)
     theta = 2.0 * np.pi * f / fs
     phi = 2.0 * np.pi * bw / fs
     alpha = -np.exp(-phi) * np.cos(theta)
@@ -175,7 +188,11 @@ def classic_gammatone_sos(f: np.ndarray, bw: np.ndarray, fs: float, order: int) 
 
 def butter_lowpass_sos(cutoff: np.ndarray, fs: float, n_sections: int) -> np.ndarray:
     """``(C, n_sections, 6)``: ``n_sections`` identical ``butter(2, cutoff / (fs/2))`` sections."""
-    cutoff = np.atleast_1d(np.asarray(cutoff, np.float64))
+    check_rate("fs", fs)
+    check_int("n_sections", n_sections, min=1)
+    cutoff = _check_freqs("cutoff", cutoff)
+    if (cutoff >= fs / 2.0).any():
+        raise ValueError(f"cutoff must lie below fs/2 = {fs / 2:g} Hz, got max {cutoff.max():g}")
     secs = [scipy.signal.butter(2, c / (fs / 2.0), output="sos")[0] for c in cutoff]
     return np.repeat(np.stack(secs)[:, None, :], n_sections, axis=1)
 
@@ -210,7 +227,7 @@ def design_drnl(fs: float, fc: np.ndarray, preset: str = "jepsen2008", **overrid
             reaches ``fs / 2`` (the non-linear path sits above ``fc``: at 16 kHz the highest
             usable ``fc`` is about 6.9 kHz).
     """
-    fs = float(fs)
+    fs = check_rate("fs", fs)
     prm = drnl_parameters(fc, preset, **overrides)
     fc = np.atleast_1d(np.asarray(fc, np.float64))
     nyq = fs / 2.0
@@ -275,8 +292,8 @@ def drnl(
     Returns:
         ``(..., C, T)`` basilar-membrane velocity (and the new state dict).
     """
-    if x.dim() < 1:
-        raise ValueError("DRNL input must have a time axis (..., T)")
+    check_signal(x, min_samples=0, min_dim=1, max_dim=None, allow_empty=True, name="DRNL input x")
+    check_choice("backend", backend, ("auto", "numba", "torch"))
     state = state or {}
     lin_sos = torch.cat([lin_gt, lin_lp], dim=-2)
     nl2_sos = torch.cat([nl_gt, nl_lp], dim=-2)

@@ -44,6 +44,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._validation import check_bool, check_choice, check_int, check_rate, check_signal
+
 __all__ = [
     "fir_block_length",
     "fir_spectrum",
@@ -79,8 +81,7 @@ def load_ear_tables() -> dict:
 
 
 def _check_fs(fs: float) -> None:
-    if not (isinstance(fs, (int, float)) and math.isfinite(fs) and fs > 0):
-        raise ValueError(f"sampling rate must be a positive number, got {fs!r}")
+    check_rate("fs", fs)
 
 
 def headphone_response_points(fs: float) -> tuple[np.ndarray, np.ndarray]:
@@ -182,6 +183,8 @@ def _phase(b: np.ndarray, phase: str) -> np.ndarray:
 def headphone_fir(fs: float, numtaps: int = 513, phase: str = "linear") -> np.ndarray:
     """Headphone + outer-ear FIR (Pralong & Carlile 1996). AMT 1.4 ``headphonefilter`` is
     the ``phase="linear"`` design (513 taps)."""
+    check_int("numtaps", numtaps, min=1)
+    check_choice("phase", phase, ("linear", "minimum"))
     return _phase(fir2_design(numtaps, *headphone_response_points(fs), fs), phase)
 
 
@@ -191,6 +194,9 @@ def middle_ear_fir(
     """Middle-ear FIR (Lopez-Poveda & Meddis 2001 stapes data). ``normalize`` scales the
     maximum of ``|H|`` over 8192 frequencies to 0 dB (AMT ``osses2021``: the
     ``-me_gain_TF_dB`` gain); without it the gain is stapes velocity per pascal."""
+    check_int("numtaps", numtaps, min=1)
+    check_choice("phase", phase, ("linear", "minimum"))
+    check_bool("normalize", normalize)
     b = _phase(fir2_design(numtaps, *middle_ear_response_points(fs), fs), phase)
     if normalize:
         b = b / np.abs(np.fft.rfft(b, 16384)[:8192]).max()
@@ -239,6 +245,8 @@ def fir_filter(
     Returns:
         ``y (..., T)`` (and the state).
     """
+    check_signal(x, min_samples=0, min_dim=1, max_dim=None, allow_empty=True, name="x")
+    check_signal(h, min_samples=1, min_dim=1, max_dim=1, name="FIR taps h")
     N = h.shape[-1]
     T = x.shape[-1]
     h = h.to(dtype=x.dtype, device=x.device)
@@ -273,6 +281,7 @@ def fir_filter_compensated(x: Tensor, h: Tensor, compensation: str = "amt") -> T
     length as ``x``); ``"trim"``: drop the first ``(N - 1) // 2`` output samples (shorter);
     ``"none"``: causal.
     """
+    check_choice("compensation", compensation, COMPENSATIONS)
     N = h.shape[-1]
     if compensation == "none":
         return fir_filter(x, h)

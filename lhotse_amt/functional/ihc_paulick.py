@@ -67,6 +67,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .._validation import check_choice, check_positive_finite, check_rate, check_signal
 from .iir import resolve_kernel_backend
 
 __all__ = [
@@ -145,6 +146,7 @@ def ihc_step_constants(p: dict[str, Tensor | float], fs: float, duration: float 
 
 
 def _check_fs(p: dict, fs: float) -> None:
+    check_rate("fs", fs)
     gmax_step = float((p["Gmet_max"] + p["Gkf"] + p["Gks"]) / (p["Cm"] * fs))
     if not gmax_step < 1.0:
         raise ValueError(
@@ -204,6 +206,9 @@ def ihc_paulick(
     Returns:
         ``(..., T)`` (and the final state ``(...)`` if ``return_state``).
     """
+    check_signal(x, min_samples=0, min_dim=1, max_dim=None, allow_empty=True, name="IHC input x")
+    check_positive_finite("precharge_duration", precharge_duration)
+    check_choice("backend", backend, ("auto", "numba", "triton", "torch"))
     p = dict(IHC_PAULICK_CONSTANTS)
     p.update(params or {})
     _check_fs({k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in p.items()}, fs)

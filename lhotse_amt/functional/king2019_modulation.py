@@ -28,6 +28,14 @@ import torch
 from torch import Tensor
 
 from .. import _alloc
+from .._validation import (
+    check_bool,
+    check_int,
+    check_number,
+    check_positive_finite,
+    check_rate,
+    check_signal,
+)
 from .iir import lti_filter, resolve_backend, sosfilt
 
 __all__ = [
@@ -49,6 +57,10 @@ def king2019_modulation_frequencies(
     mflow: float = 2.0, mfhigh: float = 150.0, qfactor: float = 1.0, nmod: int | None = None
 ) -> np.ndarray:
     """Modulation centre frequencies (Hz), see the module docstring."""
+    check_positive_finite("mflow", mflow)
+    check_positive_finite("mfhigh", mfhigh)
+    check_positive_finite("qfactor", qfactor)
+    check_int("nmod", nmod, min=1, allow_none=True)
     if not (0 < mflow <= mfhigh):
         raise ValueError(f"need 0 < mflow <= mfhigh, got {mflow}, {mfhigh}")
     if qfactor <= 0:
@@ -65,12 +77,16 @@ def king2019_modulation_frequencies(
 
 def king2019_band_edges(mfc: np.ndarray, qfactor: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Lower and upper edges (Hz) of the band-passes: ``mfc (sqrt(4 + 1/Q^2) -/+ 1/Q) / 2``."""
+    check_positive_finite("qfactor", qfactor)
     mfc = np.asarray(mfc, dtype=np.float64)
+    if not (np.isfinite(mfc).all() and (mfc > 0).all()):
+        raise ValueError(f"mfc must be finite and > 0 (Hz), got {mfc}")
     c = mfc / 2 * math.sqrt(4 + 1 / qfactor**2)
     return c - mfc / (2 * qfactor), c + mfc / (2 * qfactor)
 
 
 def _check_edges(fs: float, f2: np.ndarray) -> None:
+    check_rate("fs", fs)
     if np.any(f2 >= fs / 2):
         raise ValueError(
             f"modulation band edge {float(np.max(f2)):.1f} Hz is not below fs/2 = {fs / 2:g} Hz"
@@ -81,6 +97,8 @@ def king2019_modulation_sos(
     fs: float, mfc: np.ndarray, qfactor: float = 1.0, order: int = 2
 ) -> np.ndarray:
     """Second-order sections ``(M, order, 6)`` of the band-passes."""
+    check_rate("fs", fs)
+    check_int("order", order, min=1)
     f1, f2 = king2019_band_edges(mfc, qfactor)
     _check_edges(fs, f2)
     return np.stack(
@@ -95,6 +113,8 @@ def king2019_modulation_tf(
     fs: float, mfc: np.ndarray, qfactor: float = 1.0, order: int = 2
 ) -> tuple[np.ndarray, np.ndarray]:
     """Transfer-function coefficients ``b, a`` ``(M, 2 order + 1)`` (AMT's form)."""
+    check_rate("fs", fs)
+    check_int("order", order, min=1)
     f1, f2 = king2019_band_edges(mfc, qfactor)
     _check_edges(fs, f2)
     ba = [
@@ -136,6 +156,7 @@ def tf_filter(
     ``"torch"`` the chunked state-space evaluation (differentiable; mathematically equal
     but not bit-identical, which matters for ill-conditioned polynomials).
     """
+    check_signal(x, min_samples=0, min_dim=1, max_dim=None, allow_empty=True, name="x")
     if b.shape[-1] != a.shape[-1]:
         raise ValueError("b and a must have the same number of coefficients")
     dtype = torch.promote_types(x.dtype, b.dtype)
@@ -181,6 +202,7 @@ def king2019_modulation_filterbank(
     close to ``z = 1``); the output has ``x``'s dtype. ``state``: the filter states of a
     previous call (``(..., C, M, S, 2)`` or ``(..., C, M, K)``).
     """
+    check_signal(x, min_samples=0, min_dim=2, max_dim=None, allow_empty=True, name="x (..., C, T)")
     u = x.unsqueeze(-2)
     if sos is not None and sos.dim() == 3 and resolve_backend(backend, x, sos, state) == "numba":
         from ..kernels import tf
@@ -213,6 +235,7 @@ def hilbert_transform(x: Tensor) -> Tensor:
     inverse real FFT of ``-i sign(f) X(f)`` (DC and, for even lengths, Nyquist set to
     zero). Two real-input FFTs instead of a full complex inverse FFT. Same shape and
     real dtype as ``x``."""
+    check_signal(x, min_samples=1, min_dim=1, max_dim=None, name="x")
     T = x.shape[-1]
     X = torch.fft.rfft(x, dim=-1)
     X[..., 0] = 0
@@ -336,6 +359,14 @@ def phase_insensitivity(
     ``inplace=True`` (no autograd) overwrites the selected bands of ``x`` and returns it;
     the envelopes are then computed a few rows at a time, so the temporary FFT buffers
     stay small (tens of MB) whatever the size of ``x``."""
+    check_signal(x, min_samples=1, min_dim=2, max_dim=None, name="x (..., M, T)")
+    check_number("cutoff", cutoff, min=0.0)
+    check_bool("inplace", inplace)
+    if len(np.atleast_1d(np.asarray(mfc))) != x.shape[-2]:
+        raise ValueError(
+            f"mfc has {len(np.atleast_1d(np.asarray(mfc)))} entries but x has {x.shape[-2]} "
+            "bands on axis -2"
+        )
     sel = phase_insensitive_bands(mfc, cutoff)
     if not sel:
         return x

@@ -31,6 +31,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._validation import (
+    check_choice,
+    check_int,
+    check_level_db,
+    check_number,
+    check_rate,
+    check_signal,
+)
 from .iir import grad_recorded
 
 __all__ = [
@@ -115,7 +123,10 @@ def pa_from_full_scale(x: Tensor, full_scale_db_spl: float) -> Tensor:
 
     ``full_scale_db_spl`` is the rms level (dB SPL) of a full-scale sinusoid (peak amplitude 1),
     e.g. 100 for the AMT ``moore2016`` convention: ``x_pa = x * sqrt(2) * 20e-6 * 10**(L / 20)``.
+    ``full_scale_db_spl`` must be finite, within [-50, 200] dB SPL.
     """
+    check_signal(x, min_samples=0, min_dim=0, max_dim=None, allow_empty=True, name="x")
+    check_level_db("full_scale_db_spl", full_scale_db_spl)
     return x * (math.sqrt(2.0) * P0 * 10.0 ** (full_scale_db_spl / 20.0))
 
 
@@ -138,6 +149,8 @@ def fir_filter_full(x: Tensor, h: Tensor) -> Tensor:
     the last bits with it, which would make the loudness features depend on
     ``torch.set_num_threads``.
     """
+    check_signal(x, min_samples=1, min_dim=1, max_dim=None, name="x")
+    check_signal(h, min_samples=1, min_dim=1, max_dim=1, name="FIR taps h")
     n = x.shape[-1] + h.shape[-1] - 1
     nfft = 1 << (n - 1).bit_length()
     if x.device.type == "cpu" and not grad_recorded(x, h):
@@ -788,6 +801,13 @@ def specific_loudness(
 # ----------------------------------------------------------------------------------------------
 # AGC temporal integration
 # ----------------------------------------------------------------------------------------------
+def _check_agc_args(x: Tensor, attack: float, release: float, dim: int) -> None:
+    check_signal(x, min_samples=0, min_dim=1, max_dim=None, allow_empty=True, name="x")
+    check_number("attack", attack, min=0.0, max=1.0, min_inclusive=False)
+    check_number("release", release, min=0.0, max=1.0, min_inclusive=False)
+    check_int("dim", dim, min=-x.dim(), max=x.dim() - 1)
+
+
 def agc_reference(x: Tensor, attack: float, release: float, dim: int = -1) -> Tensor:
     """Attack/release one-pole smoother, plain-torch reference (differentiable).
 
@@ -795,6 +815,7 @@ def agc_reference(x: Tensor, attack: float, release: float, dim: int = -1) -> Te
     ``release``, ``S[-1] = 0`` (Glasberg & Moore 2002, Sec. 2.6; Moore et al. 2016, Eqs. 4–5).
     Loops over time (``dim``); all other axes are processed in parallel.
     """
+    _check_agc_args(x, attack, release, dim)
     xt = x.movedim(dim, 0)
     s = torch.zeros_like(xt[0])
     att = torch.full_like(s, attack)
@@ -815,6 +836,8 @@ def agc(x: Tensor, attack: float, release: float, dim: int = -1, backend: str = 
     available, and the torch reference otherwise. ``"torch"``, ``"numba"``, ``"triton"`` force
     a path.
     """
+    _check_agc_args(x, attack, release, dim)
+    check_choice("backend", backend, ("auto", "torch", "numba", "triton"))
     from lhotse_amt.kernels import agc as kagc
 
     if backend == "auto":
@@ -931,8 +954,10 @@ def resample_to_32k(x: Tensor, fs: float) -> Tensor:
     """Resample ``x (..., T)`` from ``fs`` to 32 kHz with :func:`scipy.signal.resample_poly`.
 
     Polyphase FIR resampling (Kaiser window, scipy defaults). Not differentiable: the result is
-    a new tensor without gradient history.
+    a new tensor without gradient history. ``fs`` must be a whole number of Hz.
     """
+    check_signal(x, min_samples=1, min_dim=1, max_dim=None, name="x")
+    fs = check_rate("fs", fs, integral=True)
     from fractions import Fraction
 
     from scipy.signal import resample_poly

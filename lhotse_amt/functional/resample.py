@@ -19,19 +19,30 @@ import scipy.signal
 import torch
 from torch import Tensor
 
-__all__ = ["rational_factors", "resample_poly"]
+from .._validation import check_int, check_rate, check_signal
+
+__all__ = ["MAX_FACTOR", "rational_factors", "resample_poly"]
+
+#: largest up/down factor :func:`resample_poly` accepts (its filter has ``20 max(up, down)``
+#: taps; rates that need larger factors are almost always mistyped)
+MAX_FACTOR = 10_000
 
 
 def rational_factors(fs_in: float, fs_out: float, max_denominator: int = 10000) -> tuple[int, int]:
     """``(up, down)`` with ``fs_out / fs_in = up / down`` (reduced)."""
-    if fs_in <= 0 or fs_out <= 0:
-        raise ValueError("sampling rates must be positive")
+    check_rate("fs_in", fs_in)
+    check_rate("fs_out", fs_out)
+    check_int("max_denominator", max_denominator, min=1)
     fr = Fraction(fs_out / fs_in).limit_denominator(max_denominator)
     return fr.numerator, fr.denominator
 
 
 def resample_poly(x: Tensor, up: int, down: int) -> Tensor:
-    """Resample ``x (..., T)`` by ``up / down`` along the last axis."""
+    """Resample ``x (..., T)`` by ``up / down`` along the last axis (``up``, ``down``
+    integers in ``[1, MAX_FACTOR]``)."""
+    check_signal(x, min_samples=1, min_dim=1, max_dim=None, name="x")
+    up = check_int("up", up, min=1, max=MAX_FACTOR)
+    down = check_int("down", down, min=1, max=MAX_FACTOR)
     g = math.gcd(up, down)
     up, down = up // g, down // g
     if up == down == 1:

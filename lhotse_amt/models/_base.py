@@ -41,14 +41,20 @@ class StreamingModel(nn.Module):
     _init_kwargs: dict[str, Any]
 
     def _prepare(self, x: Tensor, min_samples: int = 1) -> tuple[Tensor, bool]:
+        """Check ``forward``'s input (``(T,)`` or ``(B, T)``, real floating point, finite;
+        integer PCM is an error) and move it to the model's device and dtype; returns the
+        ``(B, T)`` tensor and whether the batch axis was added."""
         x = as_float_tensor(x)
         check_signal(x, min_samples=min_samples, max_dim=2, what=f"{type(self).__name__} input")
         squeeze = x.dim() == 1
         if squeeze:
             x = x.unsqueeze(0)
+        return self._to_model(x), squeeze
+
+    def _to_model(self, x: Tensor) -> Tensor:
         ref = next(iter(self.buffers()), None)
         device = ref.device if ref is not None else x.device
-        return x.to(device=device, dtype=self.dtype), squeeze
+        return x.to(device=device, dtype=self.dtype)
 
     def _needs_grad(self, x: Tensor) -> bool:
         """Whether autograd records this call (input or a parameter requires grad)."""
@@ -127,7 +133,26 @@ class StreamingModel(nn.Module):
     ) -> tuple[dict[str, Tensor], dict[str, Any]]:
         """Run the stages on one chunk ``x (B, T)`` from ``state`` (``None``: the model's
         initial state). Returns ``(stage outputs, new state)``; pass the new state with
-        the next chunk. ``upto`` stops after the named stage."""
+        the next chunk. ``upto`` stops after the named stage.
+
+        The chunk is checked as ``forward``'s input (a real floating-point ``(B, T)``
+        tensor of finite samples; integer PCM, NaN/inf and other shapes raise
+        ``ValueError``, non-tensors ``TypeError``) and moved to the model's device and
+        dtype."""
         if upto is not None and upto not in self.stage_names:
             raise ValueError(f"unknown stage {upto!r}; stages are {self.stage_names}")
-        return self._stages(x, state, upto)
+        if state is not None and not isinstance(state, dict):
+            raise TypeError(
+                f"state must be None or the dict a previous stream() call returned, got "
+                f"{type(state).__name__}"
+            )
+        if not isinstance(x, Tensor):
+            raise TypeError(
+                f"{type(self).__name__}.stream input must be a torch.Tensor (B, T), got "
+                f"{type(x).__name__}"
+            )
+        x = as_float_tensor(x)
+        check_signal(
+            x, min_samples=1, min_dim=2, max_dim=2, name=f"{type(self).__name__}.stream input"
+        )
+        return self._stages(self._to_model(x), state, upto)

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._validation import check_band, check_bool, check_dtype, check_kwargs, check_rate, check_str
 from ..modules import AdaptationLoops, GammatoneFilterbank, IHCEnvelope, ModulationFilterbank
 from ._base import StreamingModel, merge_preset
 
@@ -106,6 +107,19 @@ class Dau1997(StreamingModel):
         init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         super().__init__()
         self._init_kwargs = init_kwargs
+        check_rate("fs", fs)
+        check_band(flow, fhigh)
+        check_bool("learnable", learnable)
+        check_bool("return_stages", return_stages)
+        check_dtype("dtype", dtype)
+        for k, v in dict(
+            filterbank_kwargs=filterbank_kwargs,
+            ihc_kwargs=ihc_kwargs,
+            adaptation_kwargs=adaptation_kwargs,
+            modulation_kwargs=modulation_kwargs,
+        ).items():
+            check_kwargs(k, v)
+        check_str("preset", preset, allow_none=True)
         if preset is not None and preset not in DAU1997_PRESETS:
             raise ValueError(
                 f"unknown Dau1997 preset {preset!r}; choose from {list(DAU1997_PRESETS)}"

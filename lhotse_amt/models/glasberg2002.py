@@ -8,6 +8,18 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .._validation import (
+    check_band,
+    check_bool,
+    check_choice,
+    check_dtype,
+    check_int,
+    check_kwargs,
+    check_number,
+    check_positive_finite,
+    check_rate,
+    check_str,
+)
 from ..functional import loudness as L
 
 __all__ = ["Glasberg2002", "GLASBERG2002_PRESETS"]
@@ -96,6 +108,21 @@ class Glasberg2002(nn.Module):
         backend: str = "auto",
     ) -> None:
         super().__init__()
+        check_rate("fs", fs, integral=True)
+        check_bool("learnable", learnable)
+        check_bool("return_stages", return_stages)
+        check_dtype("dtype", dtype)
+        check_str("preset", preset)
+        for k, v in dict(
+            multi_fft_kwargs=multi_fft_kwargs,
+            erb_kwargs=erb_kwargs,
+            excitation_kwargs=excitation_kwargs,
+            specific_loudness_kwargs=specific_loudness_kwargs,
+            loudness_integration_kwargs=loudness_integration_kwargs,
+        ).items():
+            check_kwargs(k, v)
+        check_int("chunk_frames", chunk_frames, min=1)
+        check_choice("backend", backend, ("auto", "torch", "fast"))
         if preset not in GLASBERG2002_PRESETS:
             raise ValueError(f"unknown preset {preset!r}; choose from {list(GLASBERG2002_PRESETS)}")
         if dtype not in (torch.float32, torch.float64):
@@ -114,7 +141,7 @@ class Glasberg2002(nn.Module):
         self._sl: dict[str, np.ndarray] | None = None
 
         mfk = dict(multi_fft_kwargs or {})
-        self.floor = float(mfk.pop("floor", 1e-4))
+        self.floor = check_number("multi_fft_kwargs['floor']", mfk.pop("floor", 1e-4), min=0.0)
         _unused("multi_fft_kwargs", mfk)
         taps = L.loudness_tables()["ff_32000"]
         self.register_buffer("ear_fir", torch.tensor(taps, dtype=dtype), persistent=False)
@@ -126,9 +153,12 @@ class Glasberg2002(nn.Module):
 
         ek = dict(erb_kwargs or {})
         ek.update(excitation_kwargs or {})
-        lo = float(ek.pop("erb_lower", cfg["erb_lower"]))
-        hi = float(ek.pop("erb_upper", cfg["erb_upper"]))
-        step = float(ek.pop("erb_step", cfg["erb_step"]))
+        lo, hi = check_band(
+            ek.pop("erb_lower", cfg["erb_lower"]),
+            ek.pop("erb_upper", cfg["erb_upper"]),
+            names=("erb_lower", "erb_upper"),
+        )
+        step = check_positive_finite("erb_step", ek.pop("erb_step", cfg["erb_step"]))
         self.lower_slope_level = ek.pop("lower_slope_level", cfg["lower_slope_level"])
         _unused("erb_kwargs/excitation_kwargs", ek)
         if self.lower_slope_level not in ("channel", "component", "cambridge"):
@@ -144,7 +174,7 @@ class Glasberg2002(nn.Module):
             self.register_buffer(f"exc_{k}", torch.tensor(mats[k], dtype=dtype), persistent=False)
 
         sk = dict(specific_loudness_kwargs or {})
-        c = float(sk.pop("c", cfg["c"]))
+        c = check_positive_finite("specific_loudness_kwargs['c']", sk.pop("c", cfg["c"]))
         self.high_level = sk.pop("high_level", cfg["high_level"])
         _unused("specific_loudness_kwargs", sk)
         for k, v in L.specific_loudness_params(self.erb_fc_hz, "extrapolate").items():
@@ -157,13 +187,21 @@ class Glasberg2002(nn.Module):
         lk = dict(loudness_integration_kwargs or {})
         if "tau_attack" in lk or "tau_release" in lk:
             dt = L.HOP / L.FS
+            for k in ("tau_attack", "tau_release"):
+                if k in lk:
+                    check_positive_finite(f"loudness_integration_kwargs[{k!r}]", lk[k])
             lk.setdefault("stl_attack", 1.0 - np.exp(-dt / float(lk.pop("tau_attack", 0.022))))
             lk.setdefault("stl_release", 1.0 - np.exp(-dt / float(lk.pop("tau_release", 0.05))))
-        self.stl_attack = float(lk.pop("stl_attack", cfg["stl_attack"]))
-        self.stl_release = float(lk.pop("stl_release", cfg["stl_release"]))
-        self.ltl_attack = float(lk.pop("ltl_attack", cfg["ltl_attack"]))
-        self.ltl_release = float(lk.pop("ltl_release", cfg["ltl_release"]))
-        self.diotic = bool(lk.pop("diotic", True))
+        for k in ("stl_attack", "stl_release", "ltl_attack", "ltl_release"):
+            v = check_number(
+                f"loudness_integration_kwargs[{k!r}]",
+                lk.pop(k, cfg[k]),
+                min=0.0,
+                max=1.0,
+                min_inclusive=False,
+            )
+            setattr(self, k, v)
+        self.diotic = check_bool("loudness_integration_kwargs['diotic']", lk.pop("diotic", True))
         _unused("loudness_integration_kwargs", lk)
 
     # ------------------------------------------------------------------------------------------

@@ -45,6 +45,18 @@ import torch
 from torch import Tensor
 
 from .. import _alloc
+from .._validation import (
+    check_band,
+    check_bool,
+    check_dtype,
+    check_int,
+    check_kwargs,
+    check_level_db,
+    check_number,
+    check_positive_finite,
+    check_rate,
+    check_str,
+)
 from ..functional.erb import erb_to_freq, freq_to_erb
 from ..functional.king2019_modulation import phase_insensitive_bands, phase_insensitivity
 from ..functional.resample import rational_factors, resample_poly
@@ -129,6 +141,34 @@ class King2019(StreamingModel):
         init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         super().__init__()
         self._init_kwargs = init_kwargs
+        check_rate("fs", fs)
+        check_band(flow, fhigh)
+        check_positive_finite("basef", basef, allow_none=True)
+        check_str("compression_type", compression_type)
+        check_positive_finite("compression_n", compression_n)
+        check_number("compression_knee_db", compression_knee_db)
+        check_level_db("dboffset", dboffset)
+        check_positive_finite("adt_hp_fc", adt_hp_fc)
+        check_int("adt_hp_order", adt_hp_order, min=1)
+        check_band(mflow, mfhigh, names=("mflow", "mfhigh"))
+        check_int("modbank_nmod", modbank_nmod, min=1, allow_none=True)
+        check_positive_finite("modbank_qfactor", modbank_qfactor)
+        check_bool("lp_150hz", lp_150hz)
+        check_positive_finite("subfs", subfs, allow_none=True)
+        check_bool("learnable", learnable)
+        check_bool("return_stages", return_stages)
+        check_dtype("dtype", dtype)
+        for k, v in dict(
+            filterbank_kwargs=filterbank_kwargs,
+            compression_kwargs=compression_kwargs,
+            ihc_kwargs=ihc_kwargs,
+            adaptation_kwargs=adaptation_kwargs,
+            modulation_kwargs=modulation_kwargs,
+        ).items():
+            check_kwargs(k, v)
+        check_str("preset", preset, allow_none=True)
+        check_bool("phase_insensitive", phase_insensitive)
+        check_number("pi_cutoff", pi_cutoff, min=0.0)
         if preset is not None and preset not in KING2019_PRESETS:
             raise ValueError(
                 f"unknown King2019 preset {preset!r}; choose from {list(KING2019_PRESETS)}"

@@ -8,6 +8,18 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .._validation import (
+    check_band,
+    check_bool,
+    check_choice,
+    check_dtype,
+    check_int,
+    check_kwargs,
+    check_number,
+    check_positive_finite,
+    check_rate,
+    check_str,
+)
 from ..functional import loudness as L
 
 __all__ = ["Moore2016", "MOORE2016_PRESETS"]
@@ -34,6 +46,13 @@ MOORE2016_PRESETS: dict[str, dict[str, Any]] = {
         "lowest_channel": "extrapolate",
     },
 }
+
+
+def _alpha(group: str, d: dict, key: str, default: float) -> float:
+    """A per-frame AGC smoothing coefficient popped from ``d``: a number in (0, 1]."""
+    return check_number(
+        f"{group}[{key!r}]", d.pop(key, default), min=0.0, max=1.0, min_inclusive=False
+    )
 
 
 class Moore2016(nn.Module):
@@ -103,6 +122,23 @@ class Moore2016(nn.Module):
         backend: str = "auto",
     ) -> None:
         super().__init__()
+        check_rate("fs", fs, integral=True)
+        check_bool("learnable", learnable)
+        check_bool("return_stages", return_stages)
+        check_dtype("dtype", dtype)
+        check_str("preset", preset)
+        for k, v in dict(
+            outer_middle_ear_kwargs=outer_middle_ear_kwargs,
+            spectrum_kwargs=spectrum_kwargs,
+            excitation_kwargs=excitation_kwargs,
+            specific_loudness_kwargs=specific_loudness_kwargs,
+            temporal_integration_kwargs=temporal_integration_kwargs,
+            binaural_loudness_kwargs=binaural_loudness_kwargs,
+            ltl_agc_kwargs=ltl_agc_kwargs,
+        ).items():
+            check_kwargs(k, v)
+        check_int("chunk_frames", chunk_frames, min=1)
+        check_choice("backend", backend, ("auto", "torch", "fast"))
         if preset not in MOORE2016_PRESETS:
             raise ValueError(f"unknown preset {preset!r}; choose from {list(MOORE2016_PRESETS)}")
         if dtype not in (torch.float32, torch.float64):
@@ -124,11 +160,13 @@ class Moore2016(nn.Module):
         taps = np.asarray(ome.pop("taps", L.loudness_tables()["ff_32000"]), dtype=np.float64)
         if taps.ndim != 1 or len(taps) % 2 == 0:
             raise ValueError("ear filter taps must be a 1-D array of odd length")
+        if not np.isfinite(taps).all():
+            raise ValueError("ear filter taps must be finite (no NaN or inf)")
         self._check_unused("outer_middle_ear_kwargs", ome)
         self.register_buffer("ear_fir", torch.tensor(taps, dtype=dtype), persistent=False)
 
         spk = dict(spectrum_kwargs or {})
-        self.prune = bool(spk.pop("prune", True))
+        self.prune = check_bool("spectrum_kwargs['prune']", spk.pop("prune", True))
         self._check_unused("spectrum_kwargs", spk)
         self._bases = L.dft_bases("moore2016")
         for i, (_, _, basis) in enumerate(self._bases):
@@ -137,9 +175,10 @@ class Moore2016(nn.Module):
             )
 
         exk = dict(excitation_kwargs or {})
-        lo = float(exk.pop("erb_lower", 1.75))
-        hi = float(exk.pop("erb_upper", 39.0))
-        step = float(exk.pop("erb_step", 0.25))
+        lo, hi = check_band(
+            exk.pop("erb_lower", 1.75), exk.pop("erb_upper", 39.0), names=("erb_lower", "erb_upper")
+        )
+        step = check_positive_finite("erb_step", exk.pop("erb_step", 0.25))
         self._check_unused("excitation_kwargs", exk)
         cams = np.arange(lo, hi + step / 2, step)
         self.erb_numbers = cams
@@ -151,7 +190,7 @@ class Moore2016(nn.Module):
             self.register_buffer(f"exc_{k}", torch.tensor(mats[k], dtype=dtype), persistent=False)
 
         slk = dict(specific_loudness_kwargs or {})
-        c = float(slk.pop("c", 0.0631))
+        c = check_positive_finite("specific_loudness_kwargs['c']", slk.pop("c", 0.0631))
         lowest = slk.pop("lowest_channel", cfg["lowest_channel"])
         self._check_unused("specific_loudness_kwargs", slk)
         if lowest not in ("zero", "extrapolate"):
@@ -165,17 +204,21 @@ class Moore2016(nn.Module):
         self.lowest_channel = lowest
 
         tik = dict(temporal_integration_kwargs or {})
-        self.stl_attack = float(tik.pop("attack_alpha", cfg["stl_attack"]))
-        self.stl_release = float(tik.pop("release_alpha", cfg["stl_release"]))
+        self.stl_attack = _alpha(
+            "temporal_integration_kwargs", tik, "attack_alpha", cfg["stl_attack"]
+        )
+        self.stl_release = _alpha(
+            "temporal_integration_kwargs", tik, "release_alpha", cfg["stl_release"]
+        )
         self._check_unused("temporal_integration_kwargs", tik)
         ltk = dict(ltl_agc_kwargs or {})
-        self.ltl_attack = float(ltk.pop("attack_alpha", cfg["ltl_attack"]))
-        self.ltl_release = float(ltk.pop("release_alpha", cfg["ltl_release"]))
+        self.ltl_attack = _alpha("ltl_agc_kwargs", ltk, "attack_alpha", cfg["ltl_attack"])
+        self.ltl_release = _alpha("ltl_agc_kwargs", ltk, "release_alpha", cfg["ltl_release"])
         self._check_unused("ltl_agc_kwargs", ltk)
 
         bik = dict(binaural_loudness_kwargs or {})
-        sigma = float(bik.pop("sigma", 0.08))
-        p = float(bik.pop("p", 1.5978))
+        sigma = check_positive_finite("binaural_loudness_kwargs['sigma']", bik.pop("sigma", 0.08))
+        p = check_positive_finite("binaural_loudness_kwargs['p']", bik.pop("p", 1.5978))
         self._check_unused("binaural_loudness_kwargs", bik)
         smooth = L.binaural_smoothing_matrix(self.n_channels, sigma, step)
         self.register_buffer("binaural_smooth", torch.tensor(smooth, dtype=dtype), persistent=False)

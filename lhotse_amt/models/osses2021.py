@@ -45,6 +45,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._validation import (
+    check_band,
+    check_bool,
+    check_choice,
+    check_dtype,
+    check_kwargs,
+    check_rate,
+    check_str,
+)
 from ..modules import AdaptationLoops, GammatoneFilterbank, IHCEnvelope, ModulationFilterbank
 from ..modules.ear import HeadphoneFilter, MiddleEarFilter
 from ._base import StreamingModel, merge_preset
@@ -125,6 +134,22 @@ class Osses2021(StreamingModel):
         init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         super().__init__()
         self._init_kwargs = init_kwargs
+        check_rate("fs", fs)
+        check_band(flow, fhigh)
+        check_bool("learnable", learnable)
+        check_bool("return_stages", return_stages)
+        check_dtype("dtype", dtype)
+        for k, v in dict(
+            headphone_kwargs=headphone_kwargs,
+            middleear_kwargs=middleear_kwargs,
+            filterbank_kwargs=filterbank_kwargs,
+            ihc_kwargs=ihc_kwargs,
+            adaptation_kwargs=adaptation_kwargs,
+            modulation_kwargs=modulation_kwargs,
+        ).items():
+            check_kwargs(k, v)
+        check_str("preset", preset, allow_none=True)
+        check_choice("compensation", compensation, (None, "none", "amt", "trim"))
         if preset is not None and preset not in OSSES2021_PRESETS:
             raise ValueError(
                 f"unknown Osses2021 preset {preset!r}; choose from {list(OSSES2021_PRESETS)}"

@@ -60,6 +60,15 @@ import scipy.signal
 import torch
 from torch import Tensor, nn
 
+from .._validation import (
+    check_band,
+    check_bool,
+    check_choice,
+    check_dtype,
+    check_int,
+    check_kwargs,
+    check_rate,
+)
 from ..functional.adaptation import adaptation_coefficients
 from ..functional.iir import resolve_backend
 from ..modules.adaptation import AdaptationLoops
@@ -267,8 +276,23 @@ class Paulick2024(StreamingModel):
         resample_factor: int = 4,
     ) -> None:
         super().__init__()
-        if dtype not in (torch.float32, torch.float64):
-            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        check_rate("fs", fs)
+        check_band(flow, fhigh)
+        check_int("n_channels", n_channels, min=1)
+        check_bool("use_outerear", use_outerear)
+        check_bool("learnable", learnable)
+        check_bool("return_stages", return_stages)
+        check_choice("filter_type", filter_type, ("efilt", "butterworth"))
+        check_dtype("dtype", dtype)
+        for k, v in dict(
+            outerear_kwargs=outerear_kwargs,
+            drnl_kwargs=drnl_kwargs,
+            ihc_kwargs=ihc_kwargs,
+            adaptation_kwargs=adaptation_kwargs,
+            modulation_kwargs=modulation_kwargs,
+        ).items():
+            check_kwargs(k, v)
+        check_int("resample_factor", resample_factor, min=1)
         if fhigh >= fs / 2:
             raise ValueError(
                 f"fhigh={fhigh:g} Hz must lie below the Nyquist frequency fs/2 = {fs / 2:g} Hz"
