@@ -196,6 +196,8 @@ def test_common_config_fields(name, field, value, err, match):
         ("amt-king2019", "compression_n", -0.3, ValueError, "compression_n must be > 0"),
         ("amt-king2019", "mfhigh", 1.0, ValueError, "mflow must be below mfhigh"),
         ("amt-king2019", "lp_150hz", 0, TypeError, "lp_150hz must be True or False"),
+        ("amt-king2019", "modbank_qfactor", 1e300, ValueError, "modbank_qfactor must be > 0"),
+        ("amt-king2019", "compression_n", 1e300, ValueError, "compression_n must be > 0 and <="),
         ("amt-paulick2024", "n_channels", 2.5, TypeError, "n_channels must be an integer"),
         ("amt-paulick2024", "resample_factor", 0, ValueError, "resample_factor must be >= 1"),
         ("amt-paulick2024", "drnl_preset", "x", ValueError, "drnl_preset must be one of"),
@@ -303,6 +305,18 @@ def test_extract_batch_lengths(lengths, match):
         ex.extract_batch(x, 16000, lengths=lengths)
     with pytest.raises(ValueError):
         ex.extract_batch(list(torch.from_numpy(x)), 16000, lengths=lengths)
+
+
+@pytest.mark.parametrize("name", ["amt-dau1997", "amt-glasberg2002"])
+def test_negative_channel_counts_from_the_end(name):
+    ex = extractor(name)
+    x = np.concatenate([noise(ex, 0.1, seed=0), noise(ex, 0.1, seed=1)])
+    sr = ex.config.sampling_rate
+    last = extractor(name, channel=-1).extract(x, sr)
+    np.testing.assert_array_equal(last, extractor(name, channel=1).extract(x, sr))
+    np.testing.assert_array_equal(last, ex.extract(x[1:], sr))
+    with pytest.raises(ValueError, match="channel=-3 is out of range for 2-channel audio"):
+        extractor(name, channel=-3).extract(x, sr)
 
 
 def test_extract_batch_valid_lengths_match_extract():

@@ -33,6 +33,7 @@ from lhotse.features.base import FeatureExtractor
 from lhotse.utils import compute_num_frames_from_samples
 from torch import Tensor
 
+from .._serial import all_finite
 from .._validation import (
     as_float_tensor,
     check_bool,
@@ -258,7 +259,8 @@ class AuditoryExtractor(FeatureExtractor):
                     raise ValueError(
                         f"channel={self.config.channel} is out of range for {C}-channel audio"
                     )
-                return x[self.config.channel : self.config.channel + 1]
+                i = self.config.channel % C  # negative indices count from the end
+                return x[i : i + 1]
             if self.config.downmix:
                 return x.mean(0, keepdim=True)
             raise ValueError(
@@ -295,7 +297,7 @@ class AuditoryExtractor(FeatureExtractor):
                 f"({self.min_samples} samples or more are needed at frame_shift="
                 f"{self.config.frame_shift} and sampling_rate={self.config.sampling_rate})"
             )
-        if not bool(torch.isfinite(x).all()):
+        if not all_finite(x):
             raise ValueError(f"{self.name}: audio contains NaN or infinite samples")
 
     #: quietest cut (rms re digital full scale, dB) ``target_level_db_spl`` scales up:
@@ -339,7 +341,8 @@ class AuditoryExtractor(FeatureExtractor):
     def _check_scaled(self, x: Tensor, gain: float) -> None:
         """The audio after level scaling must be finite and within
         :attr:`max_peak_db_spl` (else the level settings or the audio's scale are wrong)."""
-        peak = float(x.abs().max()) if x.numel() else 0.0
+        # numpy on this thread: torch would open a parallel region per pass (see _serial)
+        peak = float(np.abs(x.numpy()).max()) if x.numel() else 0.0
         limit = 10.0 ** ((self.max_peak_db_spl - self.model_dboffset) / 20.0)
         if np.isfinite(peak) and peak <= limit:
             return
@@ -467,13 +470,13 @@ class AuditoryExtractor(FeatureExtractor):
             prepared.append((t, self._level_gain(t, n)))
         T = max(lengths)
         C = prepared[0][0].shape[0]
-        # one copy of the audio, in the model's dtype, scaled in place
-        batch = torch.zeros(len(prepared), C, T, dtype=dtype)
+        # one copy of the audio, in the model's dtype, scaled (numpy on this thread: torch
+        # would open a parallel region per pass, see _serial)
+        batch_np = np.zeros((len(prepared), C, T), dtype=torch.empty(0, dtype=dtype).numpy().dtype)
         for b, ((t, gain), n) in enumerate(zip(prepared, lengths)):
-            batch[b, :, :n] = t[..., :n]
-            if gain != 1.0:
-                batch[b].mul_(gain)
-            self._check_scaled(batch[b, :, :n], gain)
+            np.multiply(t[..., :n].numpy(), gain, out=batch_np[b, :, :n], casting="unsafe")
+            self._check_scaled(torch.from_numpy(batch_np[b, :, :n]), gain)
+        batch = torch.from_numpy(batch_np)
         del prepared
         with torch.inference_mode():
             feats = self._compute(batch.to(dev), lengths)

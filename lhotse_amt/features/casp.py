@@ -565,7 +565,8 @@ class King2019Config(AuditoryConfig):
             ``"abs"`` (``|band| pi / (2 sqrt 2)``) or ``"none"`` (signed band output).
 
     Checked at construction (see :class:`AuditoryConfig`): frequencies finite and > 0 with
-    ``flow < fhigh`` and ``mflow < mfhigh``; ``compression_n``, ``modbank_qfactor`` > 0;
+    ``flow < fhigh`` and ``mflow < mfhigh``; ``compression_n`` in (0, 10];
+    ``modbank_qfactor`` in (0, 100];
     ``compression_knee_db`` finite; ``dboffset`` within [-50, 200] dB SPL; choices as
     listed; ``lp_150hz`` ``True``/``False``.
     """
@@ -594,7 +595,9 @@ class King2019Config(AuditoryConfig):
         _check_grid(self)
         self.basef = check_positive_finite("basef", self.basef, allow_none=True)
         check_choice("compression_type", self.compression_type, ("brokenstick", "power"))
-        self.compression_n = check_positive_finite("compression_n", self.compression_n)
+        self.compression_n = check_number(
+            "compression_n", self.compression_n, min=0.0, max=10.0, min_inclusive=False
+        )
         self.compression_knee_db = check_number("compression_knee_db", self.compression_knee_db)
         self.dboffset = check_level_db("dboffset", self.dboffset)
         self.ihc_cutoff = check_positive_finite("ihc_cutoff", self.ihc_cutoff, allow_none=True)
@@ -605,7 +608,9 @@ class King2019Config(AuditoryConfig):
             raise ValueError(
                 f"mflow must be below mfhigh, got mflow={self.mflow}, mfhigh={self.mfhigh}"
             )
-        self.modbank_qfactor = check_positive_finite("modbank_qfactor", self.modbank_qfactor)
+        self.modbank_qfactor = check_number(
+            "modbank_qfactor", self.modbank_qfactor, min=0.0, max=100.0, min_inclusive=False
+        )
         self.lp_150hz = check_bool("lp_150hz", self.lp_150hz)
         check_choice("modulation_form", self.modulation_form, (None, "sos", "tf"))
         check_choice("stage", self.stage, ("modulation", "adaptation"))

@@ -59,7 +59,7 @@ def king2019_modulation_frequencies(
     """Modulation centre frequencies (Hz), see the module docstring."""
     check_positive_finite("mflow", mflow)
     check_positive_finite("mfhigh", mfhigh)
-    check_positive_finite("qfactor", qfactor)
+    check_number("qfactor", qfactor, min=0.0, max=100.0, min_inclusive=False)
     check_int("nmod", nmod, min=1, allow_none=True)
     if not (0 < mflow <= mfhigh):
         raise ValueError(f"need 0 < mflow <= mfhigh, got {mflow}, {mfhigh}")
@@ -77,7 +77,7 @@ def king2019_modulation_frequencies(
 
 def king2019_band_edges(mfc: np.ndarray, qfactor: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Lower and upper edges (Hz) of the band-passes: ``mfc (sqrt(4 + 1/Q^2) -/+ 1/Q) / 2``."""
-    check_positive_finite("qfactor", qfactor)
+    check_number("qfactor", qfactor, min=0.0, max=100.0, min_inclusive=False)
     mfc = np.asarray(mfc, dtype=np.float64)
     if not (np.isfinite(mfc).all() and (mfc > 0).all()):
         raise ValueError(f"mfc must be finite and > 0 (Hz), got {mfc}")
