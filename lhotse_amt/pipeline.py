@@ -296,6 +296,8 @@ def _compute_one(
 ) -> dict:
     import lhotse_amt  # noqa: F401  (registers the extractors in spawned workers)
 
+    # Cut by cut, not CutSet.compute_and_store_features: that one warns when num_jobs > 1
+    # and torch uses several threads; here each worker sets its own thread count instead.
     writer = _CutFilesWriter(storage_type, storage_path, _file_stem(cut.id, run))
     return cut.compute_and_store_features(extractor, writer).to_dict()
 
@@ -583,7 +585,6 @@ def extract_cuts(
                     f"{output} exists but has no record of a finished extraction "
                     f"({done_rec.name}); pass overwrite=True (CLI: --overwrite) to replace it"
                 )
-        storage_path.mkdir(parents=True, exist_ok=True)
         storage_root = storage_path.resolve()
         done: dict[str, dict] = {}
         header: dict | None = None
@@ -617,6 +618,7 @@ def extract_cuts(
         if header is None:
             header = {_HEADER_KEY: _FORMAT, "run": uuid.uuid4().hex[:12], "fingerprint": fp}
         run = header["run"]
+        storage_path.mkdir(parents=True, exist_ok=True)
         _new_log(partial, header, done.values())  # drops bad lines and any torn tail
         todo = [c for c in cuts if c.id not in done]
         kill_after = int(os.environ.get(_KILL_AFTER_ENV, "0") or 0)
