@@ -478,6 +478,7 @@ def _functional_cases():
     from lhotse_amt.functional import compression as C
     from lhotse_amt.functional import drnl as D
     from lhotse_amt.functional import ear as E
+    from lhotse_amt.functional import erb as ERB
     from lhotse_amt.functional import ihc_paulick as IP
     from lhotse_amt.functional import king2019_modulation as K
     from lhotse_amt.functional import loudness as L
@@ -538,6 +539,12 @@ def _functional_cases():
         ("resample up", lambda: R.resample_poly(x, 0, 1), ValueError, "up must be >= 1"),
         ("resample huge", lambda: R.resample_poly(x, 10**6, 1), ValueError, "up must be"),
         ("resample int", lambda: R.resample_poly(i16, 2, 1), ValueError, "floating"),
+        ("erb bwmul", lambda: ERB.erbspacebw(80, 8000, 1e-300), ValueError, "more than 10000"),
+        ("erb inf", lambda: ERB.erbspacebw(80, math.inf), ValueError, "fhigh must be a finite"),
+        ("middle ear fs", lambda: E.middle_ear_fir(100.5), ValueError, "too low"),
+        ("agc empty", lambda: L.agc(x[:, :0], 0.1, 0.1), ValueError, "too short"),
+        ("ihc empty", lambda: IP.ihc_paulick(x[:, :0], 44100), ValueError, "too short"),
+        ("comp 0-d", lambda: E.fir_filter_compensated(x[0, 0], h), ValueError, "dimensions"),
     ]
 
 

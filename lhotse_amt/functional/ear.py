@@ -116,6 +116,11 @@ def middle_ear_response_points(fs: float) -> tuple[np.ndarray, np.ndarray]:
     _check_fs(fs)
     f, v = stapes_velocity_table()
     keep = f < fs / 2
+    if not keep.any():
+        raise ValueError(
+            f"fs={fs:g} Hz is too low for the middle-ear filter: its table starts at "
+            f"{float(f[0]):g} Hz, so fs must exceed {2 * float(f[0]):g} Hz"
+        )
     f, v = list(f[keep]), list(v[keep])
     nyq = fs / 2
     while f[-1] < nyq:
@@ -282,6 +287,7 @@ def fir_filter_compensated(x: Tensor, h: Tensor, compensation: str = "amt") -> T
     ``"none"``: causal.
     """
     check_choice("compensation", compensation, COMPENSATIONS)
+    check_signal(x, min_samples=0, min_dim=1, max_dim=None, allow_empty=True, name="x")
     N = h.shape[-1]
     if compensation == "none":
         return fir_filter(x, h)

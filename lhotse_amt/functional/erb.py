@@ -9,7 +9,13 @@ import math
 
 import numpy as np
 
-__all__ = ["freq_to_erb", "erb_to_freq", "erb_bandwidth", "erbspacebw"]
+from .._validation import check_band, check_positive_finite
+
+__all__ = ["MAX_CHANNELS", "freq_to_erb", "erb_to_freq", "erb_bandwidth", "erbspacebw"]
+
+#: most channels :func:`erbspacebw` designs (a mistyped ``bwmul`` would otherwise allocate
+#: an enormous grid)
+MAX_CHANNELS = 10_000
 
 _C1 = 9.2645
 _C2 = 0.00437
@@ -44,11 +50,15 @@ def erbspacebw(
     ``R = E(fhigh) - E(flow)``, ``m = floor(R / bwmul)`` are centred in the range
     (31 channels, 86.94 ... 7819.20 Hz for 80 ... 8000 Hz).
     """
-    if not (0 < flow < fhigh):
-        raise ValueError(f"need 0 < flow < fhigh, got flow={flow}, fhigh={fhigh}")
-    if bwmul <= 0:
-        raise ValueError("bwmul must be positive")
+    check_band(flow, fhigh)
+    check_positive_finite("bwmul", bwmul)
+    check_positive_finite("basef", basef, allow_none=True)
     el, eh = float(freq_to_erb(flow)), float(freq_to_erb(fhigh))
+    if (eh - el) / bwmul > MAX_CHANNELS:
+        raise ValueError(
+            f"flow={flow}, fhigh={fhigh} with bwmul={bwmul} spans {(eh - el) / bwmul:.3g} "
+            f"channels, more than {MAX_CHANNELS}; raise bwmul or narrow the range"
+        )
     if basef is not None:
         eb = float(freq_to_erb(basef))
         # small tolerance so that an end point that falls exactly on the grid is kept

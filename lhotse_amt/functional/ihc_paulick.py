@@ -206,7 +206,7 @@ def ihc_paulick(
     Returns:
         ``(..., T)`` (and the final state ``(...)`` if ``return_state``).
     """
-    check_signal(x, min_samples=0, min_dim=1, max_dim=None, allow_empty=True, name="IHC input x")
+    check_signal(x, min_samples=1, min_dim=1, max_dim=None, name="IHC input x")
     check_positive_finite("precharge_duration", precharge_duration)
     check_choice("backend", backend, ("auto", "numba", "triton", "torch"))
     p = dict(IHC_PAULICK_CONSTANTS)

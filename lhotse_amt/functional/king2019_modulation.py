@@ -156,7 +156,7 @@ def tf_filter(
     ``"torch"`` the chunked state-space evaluation (differentiable; mathematically equal
     but not bit-identical, which matters for ill-conditioned polynomials).
     """
-    check_signal(x, min_samples=0, min_dim=1, max_dim=None, allow_empty=True, name="x")
+    check_signal(x, min_samples=1, min_dim=1, max_dim=None, name="x")
     if b.shape[-1] != a.shape[-1]:
         raise ValueError("b and a must have the same number of coefficients")
     dtype = torch.promote_types(x.dtype, b.dtype)
@@ -202,7 +202,7 @@ def king2019_modulation_filterbank(
     close to ``z = 1``); the output has ``x``'s dtype. ``state``: the filter states of a
     previous call (``(..., C, M, S, 2)`` or ``(..., C, M, K)``).
     """
-    check_signal(x, min_samples=0, min_dim=2, max_dim=None, allow_empty=True, name="x (..., C, T)")
+    check_signal(x, min_samples=1, min_dim=2, max_dim=None, name="x (..., C, T)")
     u = x.unsqueeze(-2)
     if sos is not None and sos.dim() == 3 and resolve_backend(backend, x, sos, state) == "numba":
         from ..kernels import tf
