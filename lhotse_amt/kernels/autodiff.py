@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from .fastmath import denormals_off, restore_fp_mode
+from .fastmath import denormals_off, exp_nonpos_inline, restore_fp_mode
 
 __all__ = [
     "sos_forward",
@@ -209,7 +209,9 @@ def sos_forward(
     R, T = xrow.shape[0], x.shape[1]
     y = torch.empty((R, T), dtype=x.dtype)
     zf = torch.empty(zi.shape, dtype=torch.float64)
-    _sos_fwd(_np(x), _np(xrow), _np(sos.double()), _np(crow), _np(zi.double()), y.numpy(), zf.numpy())
+    _sos_fwd(
+        _np(x), _np(xrow), _np(sos.double()), _np(crow), _np(zi.double()), y.numpy(), zf.numpy()
+    )
     return y, zf.to(zi.dtype)
 
 
@@ -550,85 +552,198 @@ def _adapt_fwd(x, xrow, a, m, crow, minlvl, use_limit, zi, y, zf):  # pragma: no
         restore_fp_mode(fp)
 
 
+_W = 32  # rows per lane group of the adaptation-loop kernels
+#: samples per recomputed block of the adaptation-loop backward (a checkpoint each)
+_CKA = 512
+CHECKPOINT_BLOCK = _CKA
+
+
+@njit(inline="always", **_OPTS)
+def _lim_e(w, m):  # pragma: no cover - compiled
+    # e = exp(-2 (w - 1) / m) for w > 1 (vectorisable exp; the argument clamped to
+    # [-37.5, 0], where the limiter is saturated to double precision)
+    t = -2.0 * (w - 1.0) / m
+    t = t if t > -37.5 else -37.5
+    t = t if t < 0.0 else 0.0
+    return exp_nonpos_inline(t)
+
+
+@njit(inline="always", **_OPTS)
+def _lane_group(R, grp, xrow, crow, a, m, zi, J):  # pragma: no cover - compiled
+    # rows of lane group grp (padding lanes repeat the last row), their input rows,
+    # coefficients (J, W) and states (J, W)
+    r0 = grp * _W
+    nr = min(_W, R - r0)
+    rows = np.empty(_W, np.int64)
+    xr = np.empty(_W, np.int64)
+    aa = np.empty((J, _W))
+    mm = np.empty((J, _W))
+    s = np.empty((J, _W))
+    for k in range(_W):
+        r = r0 + min(k, nr - 1)
+        rows[k] = r
+        xr[k] = xrow[r]
+        c = crow[r]
+        for j in range(J):
+            aa[j, k] = a[c, j]
+            mm[j, k] = m[c, j]
+            s[j, k] = zi[r, j]
+    return r0, nr, rows, xr, aa, mm, s
+
+
+@njit(inline="always", **_OPTS)
+def _adapt_step(v, j, s, aa, mm, use_limit):  # pragma: no cover - compiled
+    # loop j on the lanes of v in place; returns whether a lane hit the limiter
+    W = v.shape[0]
+    hits = False
+    for k in range(W):
+        q = v[k] / s[j, k]
+        v[k] = q
+        hits |= q > 1.0
+    if use_limit and hits:
+        for k in range(W):
+            q = v[k]
+            e = _lim_e(q, mm[j, k])
+            lim = 2.0 * mm[j, k] / (1.0 + e) - (mm[j, k] - 1.0)
+            v[k] = lim if q > 1.0 else q
+    for k in range(W):
+        s[j, k] = aa[j, k] * s[j, k] + (1.0 - aa[j, k]) * v[k]
+    return hits
+
+
+@njit(parallel=True, **_OPTS)
+def _adapt_fwd(x, xrow, a, m, crow, minlvl, use_limit, zi, y, zf, ck):  # pragma: no cover
+    # lane groups of _W rows; the states at the start of every block of _CKA samples go
+    # to ck (R, nb, J) for the backward
+    R = y.shape[0]
+    T = y.shape[1]
+    J = zi.shape[1]
+    keep = ck.shape[1] > 0
+    for grp in prange((R + _W - 1) // _W):
+        fp = denormals_off()
+        r0, nr, rows, xr, aa, mm, s = _lane_group(R, grp, xrow, crow, a, m, zi, J)
+        v = np.empty(_W)
+        for n in range(T):
+            if keep and n % _CKA == 0:
+                b = n // _CKA
+                for k in range(nr):
+                    for j in range(J):
+                        ck[r0 + k, b, j] = s[j, k]
+            for k in range(_W):
+                q = np.float64(x[xr[k], n])
+                v[k] = q if q > minlvl else minlvl
+            for j in range(J):
+                _adapt_step(v, j, s, aa, mm, use_limit)
+            for k in range(nr):
+                y[r0 + k, n] = v[k]
+        for k in range(nr):
+            for j in range(J):
+                zf[r0 + k, j] = s[j, k]
+        restore_fp_mode(fp)
+
+
+@njit(inline="always", **_OPTS)
+def _adapt_record(
+    J, t0, n, x, xr, aa, mm, minlvl, use_limit, s, sv, inv, wis, dl, dm
+):  # pragma: no cover
+    # block t0 .. t0+n through the loops, recording per sample and loop (J, n, W) the
+    # terms of the adjoint step: s - v_out (sv), 1 / s (inv), w / s (wis), the limiter's
+    # derivatives d lim / dw (dl, 1 without limiting) and d lim / dm (dm, 0 without)
+    W = _W
+    v = np.empty(W)
+    for i in range(n):
+        for k in range(W):
+            q = np.float64(x[xr[k], t0 + i])
+            v[k] = q if q > minlvl else minlvl
+        for j in range(J):
+            hits = False
+            for k in range(W):
+                sk = s[j, k]
+                q = v[k] / sk
+                iv = 1.0 / sk
+                inv[j, i, k] = iv
+                wis[j, i, k] = q * iv
+                dl[j, i, k] = 1.0
+                dm[j, i, k] = 0.0
+                v[k] = q
+                hits |= q > 1.0
+            if use_limit and hits:
+                for k in range(W):
+                    q = v[k]
+                    mk = mm[j, k]
+                    e = _lim_e(q, mk)
+                    d = 1.0 + e
+                    lim = 2.0 * mk / d - (mk - 1.0)
+                    hit = q > 1.0
+                    dl[j, i, k] = 4.0 * e / (d * d) if hit else 1.0
+                    dm[j, i, k] = 2.0 / d - 4.0 * e * (q - 1.0) / (mk * d * d) - 1.0 if hit else 0.0
+                    v[k] = lim if hit else q
+            for k in range(W):
+                sk = s[j, k]
+                sv[j, i, k] = sk - v[k]
+                s[j, k] = aa[j, k] * sk + (1.0 - aa[j, k]) * v[k]
+
+
 @njit(parallel=True, **_OPTS)
 def _adapt_bwd(
-    gy, gzf, x, xrow, a, m, crow, minlvl, use_limit, zi, gx, ga, gm, gzi, want_x, want_c
+    gy, gzf, x, xrow, a, m, crow, minlvl, use_limit, zi, ck, gx, ga, gm, gzi, want_x, want_c
 ):  # pragma: no cover - compiled
+    # lane groups as the forward; each block is recomputed once from its checkpoint,
+    # then the adjoint step (multiply-adds only) runs back over it
     R = gy.shape[0]
     T = gy.shape[1]
     J = zi.shape[1]
-    nb = (T + _CK - 1) // _CK
-    for r in prange(R):
+    nb = (T + _CKA - 1) // _CKA
+    for grp in prange((R + _W - 1) // _W):
         fp = denormals_off()
-        xr = xrow[r]
-        c = crow[r]
-        aa = np.empty(J)
-        mm = np.empty(J)
-        s = np.empty(J)
-        for j in range(J):
-            aa[j] = a[c, j]
-            mm[j] = m[c, j]
-            s[j] = zi[r, j]
-        ck = np.empty((nb, J))
-        st = np.empty((J, _CK))
-        for b in range(nb):
-            t0 = b * _CK
-            n = min(_CK, T - t0)
+        r0, nr, rows, xr, aa, mm, s = _lane_group(R, grp, xrow, crow, a, m, zi, J)
+        sv = np.empty((J, _CKA, _W))
+        inv = np.empty((J, _CKA, _W))
+        wis = np.empty((J, _CKA, _W))
+        dl = np.empty((J, _CKA, _W))
+        dm = np.empty((J, _CKA, _W))
+        lam = np.empty((J, _W))
+        for k in range(_W):
             for j in range(J):
-                ck[b, j] = s[j]
-            _adapt_block(st, J, t0, n, aa, mm, minlvl, use_limit, s, x, xr)
-        lam = np.empty(J)  # d/ds_j (state after the current sample)
-        for j in range(J):
-            lam[j] = gzf[r, j]
-        gaa = np.zeros(J)
-        gmm = np.zeros(J)
-        vin = np.empty(J)  # input of loop j at this sample
-        wq = np.empty(J)  # quotient v / s_j
-        vout = np.empty(J)  # output of loop j
+                lam[j, k] = gzf[rows[k], j]
+        gaa = np.zeros((J, _W))
+        gmm = np.zeros((J, _W))
+        gv = np.empty(_W)
         for b in range(nb - 1, -1, -1):
-            t0 = b * _CK
-            n = min(_CK, T - t0)
-            for j in range(J):
-                s[j] = ck[b, j]
-            _adapt_block(st, J, t0, n, aa, mm, minlvl, use_limit, s, x, xr)
-            for i in range(n - 1, -1, -1):
-                x0 = np.float64(x[xr, t0 + i])
-                v = x0 if x0 > minlvl else minlvl
+            t0 = b * _CKA
+            n = min(_CKA, T - t0)
+            for k in range(_W):
                 for j in range(J):
-                    vin[j] = v
-                    w = v / st[j, i]
-                    wq[j] = w
-                    if use_limit and w > 1.0:
-                        w, _ = _limit(w, mm[j])
-                    vout[j] = w
-                    v = w
-                gv = np.float64(gy[r, t0 + i])
+                    s[j, k] = ck[rows[k], b, j]
+            _adapt_record(J, t0, n, x, xr, aa, mm, minlvl, use_limit, s, sv, inv, wis, dl, dm)
+            for i in range(n - 1, -1, -1):
+                for k in range(_W):
+                    gv[k] = np.float64(gy[rows[k], t0 + i])
                 for j in range(J - 1, -1, -1):
-                    sj = st[j, i]
-                    lj = lam[j]
-                    gvt = gv + (1.0 - aa[j]) * lj
-                    gs_old = aa[j] * lj
-                    gaa[j] += lj * (sj - vout[j])
-                    w = wq[j]
-                    if use_limit and w > 1.0:
-                        mj = mm[j]
-                        e = math.exp(-2.0 * (w - 1.0) / mj)
-                        d = 1.0 + e
-                        gmm[j] += gvt * (2.0 / d - 4.0 * e * (w - 1.0) / (mj * d * d) - 1.0)
-                        gw = gvt * 4.0 * e / (d * d)
-                    else:
-                        gw = gvt
-                    gv = gw / sj
-                    gs_old -= gw * w / sj
-                    lam[j] = gs_old
+                    for k in range(_W):
+                        lj = lam[j, k]
+                        gvt = gv[k] + (1.0 - aa[j, k]) * lj
+                        gaa[j, k] += lj * sv[j, i, k]
+                        gmm[j, k] += gvt * dm[j, i, k]
+                        gw = gvt * dl[j, i, k]
+                        gv[k] = gw * inv[j, i, k]
+                        lam[j, k] = aa[j, k] * lj - gw * wis[j, i, k]
                 if want_x:
-                    gx[r, t0 + i] = gv if x0 > minlvl else 0.0
-        for j in range(J):
-            gzi[r, j] = lam[j]
-            if want_c:
-                ga[r, j] = gaa[j]
-                gm[r, j] = gmm[j]
+                    for k in range(nr):
+                        x0 = np.float64(x[xr[k], t0 + i])
+                        gx[r0 + k, t0 + i] = gv[k] if x0 > minlvl else 0.0
+        for k in range(nr):
+            for j in range(J):
+                gzi[r0 + k, j] = lam[j, k]
+                if want_c:
+                    ga[r0 + k, j] = gaa[j, k]
+                    gm[r0 + k, j] = gmm[j, k]
         restore_fp_mode(fp)
+
+
+def adaptation_blocks(T: int) -> int:
+    """Number of checkpoints the adaptation-loop forward keeps for a signal of ``T``."""
+    return (T + _CKA - 1) // _CKA
 
 
 def adaptation_forward(
@@ -640,13 +755,17 @@ def adaptation_forward(
     minlvl: float,
     use_limit: bool,
     zi: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    keep: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``x (Rx, T)``, ``a``, ``m`` ``(Rc, J)``, ``zi (R, J)`` -> raw loop output
-    ``v (R, T)`` and final states ``(R, J)``."""
+    ``v (R, T)``, final states ``(R, J)`` and (``keep``) the checkpoints of the backward
+    ``(R, adaptation_blocks(T), J)`` float64 (else ``(R, 0, J)``)."""
     _threads()
     R, T = xrow.shape[0], x.shape[1]
+    J = zi.shape[1]
     y = torch.empty((R, T), dtype=x.dtype)
     zf = torch.empty(zi.shape, dtype=torch.float64)
+    ck = torch.empty((R, adaptation_blocks(T) if keep else 0, J), dtype=torch.float64)
     _adapt_fwd(
         _np(x),
         _np(xrow),
@@ -658,8 +777,9 @@ def adaptation_forward(
         _np(zi.double()),
         y.numpy(),
         zf.numpy(),
+        ck.numpy(),
     )
-    return y, zf.to(zi.dtype)
+    return y, zf.to(zi.dtype), ck
 
 
 def adaptation_backward(
@@ -673,10 +793,12 @@ def adaptation_backward(
     minlvl: float,
     use_limit: bool,
     zi: torch.Tensor,
+    ck: torch.Tensor,
     want_x: bool,
     want_c: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-row ``gx (R, T)``, ``ga (R, J)``, ``gm (R, J)``, ``gzi (R, J)``."""
+    """Per-row ``gx (R, T)``, ``ga (R, J)``, ``gm (R, J)``, ``gzi (R, J)`` from the
+    forward's checkpoints ``ck``."""
     _threads()
     R, T = gy.shape
     J = zi.shape[1]
@@ -695,6 +817,7 @@ def adaptation_backward(
         float(minlvl),
         bool(use_limit),
         _np(zi.double()),
+        _np(ck),
         gx.numpy(),
         ga.numpy(),
         gm.numpy(),

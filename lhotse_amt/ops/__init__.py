@@ -148,5 +148,5 @@ def adaptation_loops_raw(
     mr = m.expand(*cshape, J).reshape(-1, J).contiguous()
     xrow = row_map(x.shape[:-1], lead, x.device)
     crow = row_map(cshape, lead, x.device)
-    y, zf = adaptation_rows(_rows(x, T), xrow, ar, mr, crow, float(minlvl), bool(use_limit), z)
+    y, zf, _ = adaptation_rows(_rows(x, T), xrow, ar, mr, crow, float(minlvl), bool(use_limit), z)
     return y.reshape(*lead, T), zf.reshape(*lead, J)

@@ -222,23 +222,28 @@ def adaptation_rows(
     minlvl: float,
     use_limit: bool,
     zi: Tensor,
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor]:
     """Adaptation loops (raw loop output, before the model-unit scaling).
 
     ``x (Rx, T)``; ``a``, ``m`` ``(Rc, J)`` loop coefficients and limiter constants;
-    ``zi (R, J)`` loop states. Returns ``v (R, T)`` and the final states ``(R, J)``.
+    ``zi (R, J)`` loop states. Returns ``v (R, T)``, the final states ``(R, J)`` and the
+    states at the start of every block of the backward's recomputation
+    ``(R, ceil(T / 512), J)`` float64 (no gradient).
     """
-    return _cpu.adaptation_forward(x, xrow, a, m, crow, minlvl, use_limit, zi)
+    return _cpu.adaptation_forward(x, xrow, a, m, crow, minlvl, use_limit, zi, True)
 
 
 @adaptation_rows.register_kernel("cuda")
 def _(x, xrow, a, m, crow, minlvl: float, use_limit: bool, zi):  # noqa: ANN001, ANN202
-    return _gpu().adaptation_forward(x, xrow, a, m, crow, minlvl, use_limit, zi)
+    return _gpu().adaptation_forward(x, xrow, a, m, crow, minlvl, use_limit, zi, True)
 
 
 @adaptation_rows.register_fake
 def _(x, xrow, a, m, crow, minlvl: float, use_limit: bool, zi):  # noqa: ANN001, ANN202
-    return x.new_empty((xrow.shape[0], x.shape[1])), torch.empty_like(zi)
+    R, T = xrow.shape[0], x.shape[1]
+    nb = (T + _cpu.CHECKPOINT_BLOCK - 1) // _cpu.CHECKPOINT_BLOCK
+    ck = zi.new_empty((R, nb, zi.shape[1]), dtype=torch.float64)
+    return x.new_empty((R, T)), torch.empty_like(zi), ck
 
 
 @torch.library.custom_op(f"{_LIB}::adaptation_loops_backward", mutates_args=(), device_types="cpu")
@@ -253,23 +258,28 @@ def _adaptation_backward(
     minlvl: float,
     use_limit: bool,
     zi: Tensor,
+    ck: Tensor,
     want_x: bool,
     want_c: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return _cpu.adaptation_backward(
-        gy, gzf, x, xrow, a, m, crow, minlvl, use_limit, zi, want_x, want_c
+        gy, gzf, x, xrow, a, m, crow, minlvl, use_limit, zi, ck, want_x, want_c
     )
 
 
 @_adaptation_backward.register_kernel("cuda")
-def _(gy, gzf, x, xrow, a, m, crow, minlvl: float, use_limit: bool, zi, want_x: bool, want_c: bool):  # noqa: ANN001, ANN202, E501
+def _(
+    gy, gzf, x, xrow, a, m, crow, minlvl: float, use_limit: bool, zi, ck, want_x: bool, want_c: bool
+):  # noqa: ANN001, ANN202, E501
     return _gpu().adaptation_backward(
-        gy, gzf, x, xrow, a, m, crow, minlvl, use_limit, zi, want_x, want_c
+        gy, gzf, x, xrow, a, m, crow, minlvl, use_limit, zi, ck, want_x, want_c
     )
 
 
 @_adaptation_backward.register_fake
-def _(gy, gzf, x, xrow, a, m, crow, minlvl: float, use_limit: bool, zi, want_x: bool, want_c: bool):  # noqa: ANN001, ANN202, E501
+def _(
+    gy, gzf, x, xrow, a, m, crow, minlvl: float, use_limit: bool, zi, ck, want_x: bool, want_c: bool
+):  # noqa: ANN001, ANN202, E501
     R, T = gy.shape
     J = zi.shape[1]
     f64 = torch.float64
@@ -284,17 +294,18 @@ def _(gy, gzf, x, xrow, a, m, crow, minlvl: float, use_limit: bool, zi, want_x: 
 def _adapt_setup(ctx, inputs, output) -> None:  # noqa: ANN001
     x, xrow, a, m, crow, minlvl, use_limit, zi = inputs
     ctx.minlvl, ctx.use_limit = minlvl, use_limit
-    ctx.save_for_backward(x, xrow, a, m, crow, zi)
+    ctx.mark_non_differentiable(output[2])
+    ctx.save_for_backward(x, xrow, a, m, crow, zi, output[2])
 
 
-def _adapt_backward(ctx, gy: Tensor, gzf: Tensor):  # noqa: ANN001, ANN202
-    x, xrow, a, m, crow, zi = ctx.saved_tensors
+def _adapt_backward(ctx, gy: Tensor, gzf: Tensor, _gck: Tensor):  # noqa: ANN001, ANN202
+    x, xrow, a, m, crow, zi, ck = ctx.saved_tensors
     want_x = ctx.needs_input_grad[0]
     want_c = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
     gy = gy.contiguous() if gy is not None else x.new_zeros((xrow.shape[0], x.shape[1]))
     gzf = gzf.contiguous() if gzf is not None else torch.zeros_like(zi)
     gxr, gar, gmr, gzi = _adaptation_backward(
-        gy, gzf, x, xrow, a, m, crow, ctx.minlvl, ctx.use_limit, zi, want_x, want_c
+        gy, gzf, x, xrow, a, m, crow, ctx.minlvl, ctx.use_limit, zi, ck, want_x, want_c
     )
     gx = _sum_rows(gxr, xrow, x.shape[0], x.dtype) if want_x else None
     ga = _sum_rows(gar, crow, a.shape[0], a.dtype) if ctx.needs_input_grad[2] else None
