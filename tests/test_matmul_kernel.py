@@ -47,21 +47,21 @@ def test_matmul_strided_view_and_out():
 
 def test_matmul_bits_do_not_depend_on_blocking_or_threads(restore_threads):
     # each element is one chain of multiply-adds in ascending k: the same bits for a row
-    # computed alone, in a block of four, on the serial or the parallel path, at any thread
-    # count
+    # computed alone or in a block of four, for a column in any column block, at any
+    # thread count
     rng = np.random.default_rng(4)
     a = rng.standard_normal((203, 300)).astype(np.float32)
     b = rng.standard_normal((300, 1109)).astype(np.float32)
-    assert a.shape[0] * a.shape[1] * b.shape[1] >= mm.PARALLEL_MIN  # parallel path
     results = []
     for n in (1, 2):
         torch.set_num_threads(n)
         results.append(mm.matmul(a, b))
     np.testing.assert_array_equal(results[0], results[1])
     for rows in (slice(0, 1), slice(5, 8), slice(101, 203)):
-        part = mm.matmul(a[rows], b)  # small products take the serial path
+        part = mm.matmul(a[rows], b)
         np.testing.assert_array_equal(part, results[0][rows])
     np.testing.assert_array_equal(mm.matmul(a, b[:, 600:]), results[0][:, 600:])
+    np.testing.assert_array_equal(mm.matmul(a[:, :1], b[:1]), a[:, :1] * b[:1])
 
 
 def test_matmul_empty_and_zero_inner_dimension():

@@ -417,9 +417,18 @@ class AuditoryExtractor(FeatureExtractor):
         hop = self.hop
         f0 = t0 // hop
         nblk = sums.shape[-1]
+        cpu = sums.device.type == "cpu"  # numpy on this thread (no torch parallel region)
         for b, n in enumerate(ends):
             k = min(nblk, self._num_frames(n) - f0)
             if k <= 0:
+                continue
+            if cpu:
+                s_np = sums[b, :, :k].numpy()
+                cnt_np = np.clip(n - t0 - hop * np.arange(k, dtype=np.float64), 1, hop)
+                f_np = s_np / cnt_np.astype(s_np.dtype)
+                if self.config.pooling == "rms":
+                    np.sqrt(f_np, out=f_np)
+                frames[b].append(torch.from_numpy(f_np))
                 continue
             cnt = (n - t0 - hop * torch.arange(k, dtype=torch.float64)).clamp(1, hop)
             f = sums[b, :, :k] / cnt.to(sums.dtype)
@@ -450,10 +459,15 @@ class AuditoryExtractor(FeatureExtractor):
         recording's features)."""
         D = parts[0].shape[0]
         out = torch.empty(n_frames, D, dtype=dtype, device=parts[0].device)
+        # CPU: numpy copies on this thread (a torch copy opens a parallel region)
+        out_np = out.numpy() if out.device.type == "cpu" else None
         f0 = 0
         while parts:
             p = parts.pop(0)
-            out[f0 : f0 + p.shape[1]] = p.T
+            if out_np is not None and p.device.type == "cpu":
+                out_np[f0 : f0 + p.shape[1]] = p.numpy().T
+            else:
+                out[f0 : f0 + p.shape[1]] = p.T
             f0 += p.shape[1]
         assert f0 == n_frames
         return out

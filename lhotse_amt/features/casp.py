@@ -232,10 +232,12 @@ class _FusedCPU:
             return super()._chunk_frames(model, x, state, t0, ends, frames)  # type: ignore[misc]
         sums, new = self._fused_block_sums(model, x, state or {}, t0, ends)
         B, C, M, nblk = sums.shape
-        sums = sums.reshape(B, C * M, nblk)
+        # numpy on this thread (a torch copy or gather opens a parallel region)
+        sums_np = sums.numpy().reshape(B, C * M, nblk)
         cols = self._column_index()
         if cols is not None:
-            sums = sums[:, torch.as_tensor(cols)]
+            sums_np = sums_np[:, cols]
+        sums = torch.from_numpy(sums_np)
         self._frames_from_block_sums(sums, t0, ends, frames)  # type: ignore[attr-defined]
         return new
 
@@ -502,7 +504,12 @@ class Osses2021Extractor(_CASPExtractor):
         ends = list(lengths)
         frames: list[list[Tensor]] = [[] for _ in range(B)]
         t_needed = min(T, max(min(n, self._num_frames(n) * hop) for n in ends))
-        xp = torch.nn.functional.pad(x, (0, D))
+        if x.device.type == "cpu":  # numpy on this thread (no torch parallel region)
+            xp_np = np.zeros((*x.shape[:-1], T + D), dtype=x.numpy().dtype)
+            xp_np[..., :T] = x.numpy()
+            xp = torch.from_numpy(xp_np)
+        else:
+            xp = torch.nn.functional.pad(x, (0, D))
         state: Any = {"model": model.initial_stream_state(ends)}
         for t0 in range(0, t_needed, chunk):
             t1 = min(t0 + chunk, t_needed)
@@ -510,9 +517,9 @@ class Osses2021Extractor(_CASPExtractor):
             state = self._chunk_frames(model, xp[..., a : t1 + D], state, t0, ends, frames)
         out = []
         for b in range(B):
-            f = torch.cat(frames[b], -1).transpose(0, 1)
-            assert f.shape[0] == self._num_frames(ends[b])
-            out.append(f)
+            n_frames = self._num_frames(ends[b])
+            assert sum(p.shape[1] for p in frames[b]) == n_frames
+            out.append(self._assemble(frames[b], n_frames, frames[b][0].dtype))
         return out
 
 
@@ -905,9 +912,9 @@ class Paulick2024Extractor(_CASPExtractor):
             self._pool_held(y, ends, t0, t1, R, frames, cols)
         out = []
         for b in range(B):
-            f = torch.cat(frames[b], -1).transpose(0, 1)
-            assert f.shape[0] == self._num_frames(ends[b])
-            out.append(f)
+            n_frames = self._num_frames(ends[b])
+            assert sum(p.shape[1] for p in frames[b]) == n_frames
+            out.append(self._assemble(frames[b], n_frames, frames[b][0].dtype))
         return out
 
     def _fused_modulation_ok(self, model: Paulick2024, x: Tensor) -> bool:

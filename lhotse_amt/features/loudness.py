@@ -61,6 +61,7 @@ import torch
 from lhotse.features.base import register_extractor
 from torch import Tensor
 
+from .._serial import scaled_copy
 from .._validation import check_bool, check_choice
 from ..functional import loudness as L
 from ..models.glasberg2002 import Glasberg2002
@@ -211,7 +212,12 @@ class _LoudnessExtractor(_LoudnessMixing, AuditoryExtractor):
         c = self.config
         sr = int(c.sampling_rate)
         hop = self.hop
-        x32 = self._to_32k(x * _PA_PER_UNIT).to(model.dtype)
+        # whole-signal passes by numpy on this thread (a torch op would open a parallel
+        # region per pass, which costs a scheduler time slice on a busy machine; _serial)
+        if self.config.sampling_rate == L.FS and x.device.type == "cpu":
+            x32 = scaled_copy(x, _PA_PER_UNIT, model.dtype)
+        else:
+            x32 = self._to_32k(x * _PA_PER_UNIT).to(model.dtype)
         t32 = x32.shape[-1]
         last = t32 // L.HOP  # last model frame (centre <= end of signal)
         n_out = self._num_frames(n)
@@ -229,15 +235,25 @@ class _LoudnessExtractor(_LoudnessMixing, AuditoryExtractor):
                 raise AssertionError("empty block")  # pragma: no cover - frame_shift >= 1 ms
             s0 = L.HOP * lo - _CONTEXT
             s1 = L.HOP * (i_b - 1) + _CONTEXT
-            seg = x32.new_zeros(x32.shape[0], s1 - s0)
             c0, c1 = max(s0, 0), min(s1, t32)
-            if c1 > c0:
-                seg[:, c0 - s0 : c1 - s0] = x32[:, c0:c1]
+            if x32.device.type == "cpu":
+                seg_np = np.zeros((x32.shape[0], s1 - s0), dtype=x32.numpy().dtype)
+                if c1 > c0:
+                    seg_np[:, c0 - s0 : c1 - s0] = x32.numpy()[:, c0:c1]
+                seg = torch.from_numpy(seg_np)
+            else:
+                seg = x32.new_zeros(x32.shape[0], s1 - s0)
+                if c1 > c0:
+                    seg[:, c0 - s0 : c1 - s0] = x32[:, c0:c1]
             spec, inst = self._model_frames(model, seg)
             # segment frame j' = global frame - lo + _CTX_FRAMES
             sel = slice(_CTX_FRAMES, _CTX_FRAMES + (i_b - lo))
-            spec_np = spec[sel].detach().cpu().double().numpy()
-            inst_np = None if inst is None else inst[sel].detach().cpu().double().numpy()
+            spec_np = np.asarray(spec[sel].detach().cpu().numpy(), dtype=np.float64)
+            inst_np = (
+                None
+                if inst is None
+                else np.asarray(inst[sel].detach().cpu().numpy(), dtype=np.float64)
+            )
             feats = self._stream(spec_np, inst_np, state)
             keep = np.arange(lo, i_b) >= 0
             feats, idx = feats[keep], np.arange(lo, i_b)[keep]

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._serial import all_finite
 from .._validation import (
     check_choice,
     check_int,
@@ -330,8 +331,9 @@ def multires_intensity(
         contiguous = nb and int(bins[-1]) - int(bins[0]) + 1 == nb  # bins ascend, no repeats
         if compiled and contiguous:
             # fixed-order product: the same bits for every thread count (torch's product is
-            # not); one row of segments is a strided view of the signal, not a copy
-            seg2 = seg.detach().reshape(-1, length).numpy()
+            # not); one row of segments is a strided view of the signal, more rows are copied
+            # by numpy on this thread (a torch copy would open a parallel region)
+            seg2 = seg.detach().numpy().reshape(-1, length)
             power_into(matmul(seg2, basis.detach().numpy()), lo, out2)
             continue
         y = seg.reshape(-1, length) @ basis
@@ -707,7 +709,9 @@ class FastExcitation:
             ik, ak = torch.from_numpy(ik_np), torch.from_numpy(ak_np)
             y = self.level_upper(rows, ik, rr.reshape(-1, rr.shape[-1]), col_kept, col_pruned)
             low = self._lower(ik_np, y)
-            upper = y[:, N_BINS:].contiguous().numpy()
+            # copies by numpy on this thread (each torch copy of this size would open a
+            # parallel region, costly on a busy machine; lhotse_amt._serial)
+            upper = np.ascontiguousarray(y.numpy()[:, N_BINS:])
             if n_lead == 1:  # the chunk's rows are contiguous rows of the outputs
                 e_np, n_np = exc[0, f0 : f0 + nf].numpy(), nsp[0, f0 : f0 + nf].numpy()
             else:
@@ -716,9 +720,9 @@ class FastExcitation:
                 upper, low, ak.numpy(), sl, c, high_level, e_np, n_np, excitation_db
             )
             if n_lead > 1:
-                exc[:, f0 : f0 + nf] = torch.from_numpy(e_np).reshape(n_lead, nf, -1)
-                nsp[:, f0 : f0 + nf] = torch.from_numpy(n_np).reshape(n_lead, nf, -1)
-            anyk[:, f0 : f0 + nf] = ak.reshape(n_lead, nf)
+                exc.numpy()[:, f0 : f0 + nf] = e_np.reshape(n_lead, nf, -1)
+                nsp.numpy()[:, f0 : f0 + nf] = n_np.reshape(n_lead, nf, -1)
+            anyk.numpy()[:, f0 : f0 + nf] = ak_np.reshape(n_lead, nf)
         shape = (*lead, n_frames)
         return (
             nsp.reshape(*shape, self.n_channels),
@@ -915,18 +919,21 @@ def binaural_inhibition(
         one = torch.ones((), dtype=s_left.dtype, device=s_left.device)
         inh = 2.0 / (1.0 + torch.exp(p * _log_sech(one)))
         return s_left / inh, s_right / inh
-    sl = s_left @ smooth + 1e-13
-    sr = s_right @ smooth + 1e-13
     if not grad and s_left.device.type == "cpu":
         from lhotse_amt.kernels.loudness_fused import binaural_inhibition_apply
+        from lhotse_amt.kernels.matmul import matmul
 
         p = float(p)  # a tensor p without gradient (the models' buffer) is a constant here
         lead = s_left.shape[:-1]
         c = s_left.shape[-1]
-        o_l, o_r = binaural_inhibition_apply(
-            *(t.detach().reshape(-1, c).numpy() for t in (s_left, s_right, sl, sr)), p
-        )
+        # fixed-order products (the same bits for every thread count) on this thread
+        s2 = [t.detach().reshape(-1, c).numpy() for t in (s_left, s_right)]
+        sm = smooth.detach().to(s_left.dtype).numpy()
+        sl_np, sr_np = (matmul(v, sm) + 1e-13 for v in s2)
+        o_l, o_r = binaural_inhibition_apply(*s2, sl_np, sr_np, p)
         return torch.from_numpy(o_l).reshape(*lead, c), torch.from_numpy(o_r).reshape(*lead, c)
+    sl = s_left @ smooth + 1e-13
+    sr = s_right @ smooth + 1e-13
     inh_l = 2.0 / (1.0 + torch.exp(p * _log_sech(sr / sl)))
     inh_r = 2.0 / (1.0 + torch.exp(p * _log_sech(sl / sr)))
     return s_left / inh_l, s_right / inh_r
@@ -946,7 +953,7 @@ def check_pressure_signal(x: Tensor, what: str, min_samples: int) -> None:
         )
     if x.numel() == 0:
         raise ValueError(f"{what}: empty batch (shape {tuple(x.shape)})")
-    if not bool(torch.isfinite(x).all()):
+    if not all_finite(x):  # numpy on this thread for CPU tensors (no parallel region)
         raise ValueError(f"{what}: input contains NaN or inf")
 
 

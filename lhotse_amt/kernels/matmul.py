@@ -11,19 +11,23 @@ been descheduled makes the others spin until it runs again, which made many smal
 :func:`matmul` computes every output element as the chain of fused multiply-adds
 ``((0 + a[i, 0] b[0, j]) + a[i, 1] b[1, j]) + ...`` in ascending ``k``, whatever the blocking
 and whatever the number of threads, so its results are bitwise the same for every thread
-count. Blocks of 4 rows x 512 columns are the parallel tasks (numba ``prange``, threads
-following ``torch.get_num_threads()``); in a block four rows and four ``k`` terms are
-combined per pass over the columns, so each output element is loaded and stored once per
-four terms (speed within ~1.0-1.4x of MKL on one core for the shapes of the loudness models).
-Products smaller than :data:`PARALLEL_MIN` multiply-adds run on the calling thread.
+count. The product is computed in blocks of 4 rows x 512 columns; in a block four rows and
+four ``k`` terms are combined per pass over the columns, so each output element is loaded
+and stored once per four terms (speed within ~1.0-1.4x of MKL on one core for the shapes of
+the loudness models: 128-2000 rows, inner dimensions 32-960).
+
+It runs on the calling thread. The loudness models call it a few times per 128 frames, each
+call ~0.05-5 ms of work: too little to share out without a synchronisation per call, which on
+a machine whose cores are busy elsewhere costs more than it saves (a parallel version of this
+kernel, blocks as ``prange`` tasks, cost 2.5-4x the CPU time of one thread there). Parallelism
+belongs to the caller, over batch items or worker processes.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
-from .cpu import _threads
 from .fastmath import (
     KERNEL_OPTS,
     assume_distinct_arrays,
@@ -32,12 +36,10 @@ from .fastmath import (
     restore_fp_mode,
 )
 
-__all__ = ["PARALLEL_MIN", "matmul"]
+__all__ = ["matmul"]
 
 _ROWS = 4  # rows per block
 _COLS = 512  # columns per block
-#: products with fewer multiply-adds than this run on the calling thread
-PARALLEL_MIN = 1 << 21
 
 
 @njit(**KERNEL_OPTS)
@@ -143,14 +145,6 @@ def _block(a, b, out, t, nc):  # pragma: no cover - compiled
     restore_fp_mode(fp)
 
 
-@njit(parallel=True, **KERNEL_OPTS)
-def _matmul_parallel(a, b, out):  # pragma: no cover - compiled
-    nc = (b.shape[1] + _COLS - 1) // _COLS
-    nt = (a.shape[0] + _ROWS - 1) // _ROWS * nc
-    for t in prange(nt):
-        _block(a, b, out, t, nc)
-
-
 @njit(**KERNEL_OPTS)
 def _matmul_serial(a, b, out):  # pragma: no cover - compiled
     nc = (b.shape[1] + _COLS - 1) // _COLS
@@ -191,9 +185,5 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     if K == 0:
         out[...] = 0.0
         return out
-    if M * K * N >= PARALLEL_MIN:
-        _threads()
-        _matmul_parallel(a, b, out)
-    else:
-        _matmul_serial(a, b, out)
+    _matmul_serial(a, b, out)
     return out

@@ -21,6 +21,7 @@ from .._validation import (
     check_str,
 )
 from ..functional import loudness as L
+from ..functional.iir import grad_recorded
 
 __all__ = ["Glasberg2002", "GLASBERG2002_PRESETS"]
 
@@ -358,9 +359,13 @@ class Glasberg2002(nn.Module):
             e = exc[0] if len(exc) == 1 else torch.cat(exc, dim=-2)
             exc_db = 10.0 * torch.log10(e.clamp_min(1e-30))
         else:
-            exc_db = exc_db.clone()
+            # numpy on this thread (a torch pass would open a parallel region; lhotse_amt._serial)
+            exc_db = torch.from_numpy(exc_db.numpy().copy())
         ears = 2.0 if self.diotic else 1.0
-        inst = ears * nsp.sum(-1) / 4.0
+        if nsp.device.type == "cpu" and not grad_recorded(nsp):
+            inst = torch.from_numpy(nsp.detach().numpy().sum(-1) * (ears / 4.0))
+        else:
+            inst = ears * nsp.sum(-1) / 4.0
         stl = L.agc(inst, self.stl_attack, self.stl_release, dim=-1)
         ltl = L.agc(stl, self.ltl_attack, self.ltl_release, dim=-1)
         out = {
