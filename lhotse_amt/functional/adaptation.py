@@ -14,18 +14,17 @@ The initial states are the steady state for an input at ``minlvl``:
 ``s_j(0) = minlvl^(1 / 2^j)``, and ``m_j = (1 - s_j(0)^2) limit - 1``.
 ``minlvl = 10^((minspl - dboffset) / 20)`` (``1e-5`` for 0 dB SPL on the AMT 100-dB scale).
 
-Three implementations with one semantics: :func:`adaptation_loops_reference` (plain torch,
-a loop over samples: the definition, differentiable, slow), the numba kernel
-(:mod:`lhotse_amt.kernels.cpu`, CPU inference) and the Triton kernel
-(:mod:`lhotse_amt.kernels.gpu`, CUDA inference). :func:`adaptation_loops` dispatches.
+Two implementations with one semantics: :func:`adaptation_loops_reference` (plain torch,
+a loop over samples: the definition, differentiable, slow) and the registered operator
+``lhotse_amt::adaptation_loops`` (:mod:`lhotse_amt.ops`: compiled CPU and CUDA kernels
+picked by the torch dispatcher, with a compiled backward), which :func:`adaptation_loops`
+runs unless ``backend="reference"``.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
-
-from .iir import resolve_kernel_backend
 
 __all__ = [
     "ADAPTATION_PRESETS",
@@ -131,8 +130,8 @@ def adaptation_loops(
             it gives ``minlvl = 10^((minspl - dboffset) / 20)``.
         state: loop states ``(..., J)`` from a previous call; the steady state at
             ``minlvl`` if ``None``.
-        backend: ``"auto"`` (numba on CPU without grad, Triton on CUDA without grad,
-            otherwise the reference), ``"numba"``, ``"triton"`` or ``"torch"``.
+        backend: ``"auto"`` (the operator: compiled CPU/CUDA kernels, compiled
+            backward) or ``"reference"`` (the plain-torch loop over samples).
 
     Returns:
         ``(..., T)`` in model units (and the final states if ``return_state``).
@@ -146,32 +145,17 @@ def adaptation_loops(
     lead = torch.broadcast_shapes(x.shape[:-1], a.shape[:-1])
     if state is None:
         state = s0.expand(*lead, J)
-    be = resolve_kernel_backend(backend, _triton_available, x, tau, state)
-    if be == "torch":
+    if backend not in ("auto", "numba", "triton", "torch", "reference"):
+        raise ValueError(
+            f"backend must be 'auto' (the operator; 'numba'/'triton' name it too) or "
+            f"'reference' ('torch'), got {backend!r}"
+        )
+    if backend in ("torch", "reference"):
         v, s = adaptation_loops_reference(x, a, m, minlvl, limit, state)
     else:
-        T = x.shape[-1]
-        xf = x.expand(*lead, T).reshape(-1, T)
-        af = a.expand(*lead, J).reshape(-1, J)
-        mf = m.expand(*lead, J).reshape(-1, J)
-        sf = state.expand(*lead, J).reshape(-1, J)
-        if be == "numba":
-            from ..kernels import cpu
+        from .. import ops
 
-            ml = torch.full((xf.shape[0],), minlvl, dtype=xf.dtype)
-            v, s = cpu.adaptation_loops(xf, af, mf, ml, limit > 1.0, sf)
-        else:
-            from ..kernels import gpu
-
-            v, s = gpu.adaptation_loops(xf, af, mf, minlvl, limit > 1.0, sf)
-        v = v.to(x.device).reshape(*lead, T)
-        s = s.to(x.device).reshape(*lead, J)
+        v, s = ops.adaptation_loops_raw(x, a, m, minlvl, limit > 1.0, state)
     c, scale = _output_scale(minlvl, J)
     y = (v - c) * scale
     return (y, s) if return_state else y
-
-
-def _triton_available() -> bool:
-    from ..kernels import gpu
-
-    return gpu.available()

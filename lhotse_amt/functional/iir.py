@@ -14,20 +14,21 @@ Two filter structures are supported, both numerically well conditioned:
 Coefficients broadcast against the leading dimensions of ``x`` (e.g. ``x`` of shape
 ``(B, C, T)`` with per-channel coefficients of shape ``(C, ...)``).
 
-Two interchangeable backends evaluate the same recursion:
+Two implementations evaluate the same recursion (``backend=``):
 
-``"numba"``
-    compiled per-channel loops (CPU, no autograd), the default for CPU inference;
-``"torch"``
-    a chunked state-space evaluation in plain torch: the signal is cut into blocks of ``L``
-    samples, the zero-state response of every block is one matrix product with the
-    ``L x L`` Toeplitz matrix of the impulse response, and the block-boundary states are
-    propagated with a logarithmic-depth scan. No Python loop over samples, fully
-    differentiable (also with respect to the coefficients), runs on any device.
+``"auto"`` (also ``"numba"``, ``"triton"``)
+    the registered operators ``lhotse_amt::sosfilt`` and ``lhotse_amt::resonator``
+    (:mod:`lhotse_amt.ops`): compiled CPU (numba) and CUDA (Triton) kernels chosen by the
+    torch dispatcher, differentiable through compiled backward kernels (the adjoint
+    recursion run backwards in time), traceable by ``torch.compile``/``torch.export``;
+``"reference"`` (also ``"torch"``)
+    a chunked state-space evaluation in plain torch that defines the semantics: the
+    signal is cut into blocks of ``L`` samples, the zero-state response of every block is
+    one matrix product with the ``L x L`` Toeplitz matrix of the impulse response, and the
+    block-boundary states are propagated block by block. Differentiable through torch's
+    autograd; used by the tests as the reference.
 
-``backend="auto"`` picks ``"numba"`` for CPU tensors when no gradient is needed and
-``"torch"`` otherwise. Both agree with :mod:`scipy.signal` to about ``1e-12`` relative in
-float64 (tested).
+Both agree with :mod:`scipy.signal` to about ``1e-12`` relative in float64 (tested).
 """
 
 from __future__ import annotations
@@ -54,6 +55,18 @@ def grad_recorded(*tensors: Tensor | None) -> bool:
     """Whether autograd records an operation on ``tensors`` (grad mode on and one of
     them requires grad)."""
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+#: ``backend`` values of the linear filters: the registered operator (the torch
+#: dispatcher runs its CPU or CUDA kernel; ``"numba"`` and ``"triton"`` name the same
+#: operator) or the plain-torch reference that defines the semantics
+FILTER_BACKENDS = ("auto", "numba", "triton", "torch", "reference")
+
+
+def _use_operator(backend: str) -> bool:
+    if backend not in FILTER_BACKENDS:
+        raise ValueError(f"Unknown backend {backend!r}; expected one of {FILTER_BACKENDS}")
+    return backend not in ("torch", "reference")
 
 
 def resolve_backend(backend: str, *tensors: Tensor | None) -> str:
@@ -344,18 +357,10 @@ def sosfilt(
     if zi is not None:
         zi = zi.to(dtype=dtype, device=x.device)
     S = sos.shape[-2]
-    lead = torch.broadcast_shapes(x.shape[:-1], sos.shape[:-2])
-    be = resolve_backend(backend, x, sos, zi)
-    if be == "numba":
-        from ..kernels import cpu
+    if _use_operator(backend):
+        from .. import ops
 
-        T = x.shape[-1]
-        xf = x.expand(*lead, T).reshape(-1, T)
-        sf = sos.expand(*lead, S, 6).reshape(-1, S, 6)
-        z0 = None if zi is None else zi.expand(*lead, S, 2).reshape(-1, S, 2)
-        y, zf = cpu.sosfilt(xf, sf, z0)
-        y = y.reshape(*lead, T)
-        zf = zf.reshape(*lead, S, 2)
+        y, zf = ops.sosfilt(x, sos, zi)
     else:
         A, B, C, D = sos_to_statespace(sos)
         s0 = None if zi is None else zi.reshape(*zi.shape[:-2], 2 * S)
@@ -402,19 +407,10 @@ def one_pole_cascade(
     x = x.to(rdtype)
     pole = pole.to(device=x.device, dtype=cdtype)
     gain = gain.to(device=x.device, dtype=cdtype if torch.is_complex(gain) else rdtype)
-    lead = torch.broadcast_shapes(x.shape[:-1], pole.shape, gain.shape)
-    be = resolve_backend(backend, x, pole, gain, zi)
-    T = x.shape[-1]
-    if be == "numba":
-        from ..kernels import cpu
+    if _use_operator(backend):
+        from .. import ops
 
-        xf = x.expand(*lead, T).reshape(-1, T)
-        pf = pole.expand(lead).reshape(-1)
-        g = gain.to(cdtype).expand(lead).reshape(-1)
-        z0 = None if zi is None else zi.to(cdtype).expand(*lead, order).reshape(-1, order)
-        y, zf = cpu.one_pole_cascade(xf, pf, g, order, z0, output)
-        y = y.reshape(*lead, T)
-        zf = zf.reshape(*lead, order)
+        y, zf = ops.one_pole_cascade(x, pole, gain, order, zi, output=output)
     else:
         A, B, C, D = one_pole_cascade_to_statespace(pole, gain, order, output)
         s0 = None

@@ -242,6 +242,20 @@ def modulation_filterbank(
             bands, new_state["bp"] = cpu.efilt_bank(
                 u, bp_poles[..., 0], bp_gains[..., 0], bp_abs, bp_scale, state.get("bp")
             )
+        elif P == 1 and backend not in ("torch", "reference"):
+            from .. import ops
+
+            # one operator call for every band of every channel: the scale (>= 0) folds
+            # into the gain, Re or |.| per band
+            bands, new_state["bp"] = ops.one_pole_cascade(
+                u.unsqueeze(-2),
+                bp_poles[..., 0],
+                bp_gains[..., 0] * bp_scale.to(bp_gains.dtype),
+                order=1,
+                zi=state.get("bp"),
+                output="mixed",
+                use_abs=bp_abs,
+            )
         else:
             ys = []
             sts = []

@@ -258,168 +258,198 @@ def sos_backward(
 # y = Re w (mode 0) or |w| (mode 1)
 
 
+_WR = 16  # rows per lane group of the resonator kernels
+
+
 @njit(inline="always", **_OPTS)
-def _res_block(ur, ui, K, t0, n, pr, pi, sr, si, x, xr):  # pragma: no cover - compiled
-    # section states before each sample of the block into ur/ui (K, n); advances sr/si
-    for i in range(n):
-        vr = np.float64(x[xr, t0 + i])
-        vi = 0.0
-        for k in range(K):
-            ur[k, i] = sr[k]
-            ui[k, i] = si[k]
-            nr = pr * sr[k] - pi * si[k] + vr
-            ni = pr * si[k] + pi * sr[k] + vi
-            sr[k] = nr
-            si[k] = ni
-            vr = nr
-            vi = ni
+def _res_group(R, grp, xrow, crow, pole, gain, mode, zi, K):  # pragma: no cover - compiled
+    # rows of lane group grp (padding lanes repeat the last row) with their input rows,
+    # pole, gain, output mode and section states (K, W)
+    W = _WR
+    r0 = grp * W
+    nr = min(W, R - r0)
+    rows = np.empty(W, np.int64)
+    xr = np.empty(W, np.int64)
+    pr = np.empty(W)
+    pi = np.empty(W)
+    gr = np.empty(W)
+    gi = np.empty(W)
+    ab = np.empty(W)
+    sr = np.empty((K, W))
+    si = np.empty((K, W))
+    for k in range(W):
+        r = r0 + min(k, nr - 1)
+        rows[k] = r
+        xr[k] = xrow[r]
+        c = crow[r]
+        pr[k] = pole[c, 0]
+        pi[k] = pole[c, 1]
+        gr[k] = gain[c, 0]
+        gi[k] = gain[c, 1]
+        ab[k] = 1.0 if mode[c] != 0 else 0.0
+        for q in range(K):
+            sr[q, k] = zi[r, q, 0]
+            si[q, k] = zi[r, q, 1]
+    return r0, nr, rows, xr, pr, pi, gr, gi, ab, sr, si
 
 
 @njit(parallel=True, **_OPTS)
-def _res_fwd(x, xrow, pole, gain, mode, crow, zi, y, zf):  # pragma: no cover - compiled
+def _res_fwd(x, xrow, pole, gain, mode, crow, zi, y, zf, ck):  # pragma: no cover - compiled
+    # lane groups of _WR rows; section states at the start of every block of _CKA
+    # samples go to ck (R, nb, K, 2) for the backward
     R = y.shape[0]
     T = y.shape[1]
     K = zi.shape[1]
-    for r in prange(R):
+    W = _WR
+    keep = ck.shape[1] > 0
+    for grp in prange((R + W - 1) // W):
         fp = denormals_off()
-        xr = xrow[r]
-        c = crow[r]
-        pr = pole[c, 0]
-        pi = pole[c, 1]
-        gr = gain[c, 0]
-        gi = gain[c, 1]
-        use_abs = mode[c] != 0
-        sr = np.empty(K)
-        si = np.empty(K)
-        for k in range(K):
-            sr[k] = zi[r, k, 0]
-            si[k] = zi[r, k, 1]
+        r0, nr, rows, xr, pr, pi, gr, gi, ab, sr, si = _res_group(
+            R, grp, xrow, crow, pole, gain, mode, zi, K
+        )
+        vr = np.empty(W)
+        vi = np.empty(W)
         for n in range(T):
-            vr = np.float64(x[xr, n])
-            vi = 0.0
-            for k in range(K):
-                nr = pr * sr[k] - pi * si[k] + vr
-                ni = pr * si[k] + pi * sr[k] + vi
-                sr[k] = nr
-                si[k] = ni
-                vr = nr
-                vi = ni
-            wr = gr * vr - gi * vi
-            if use_abs:
-                wi = gr * vi + gi * vr
-                y[r, n] = math.sqrt(wr * wr + wi * wi)
-            else:
-                y[r, n] = wr
-        for k in range(K):
-            zf[r, k, 0] = sr[k]
-            zf[r, k, 1] = si[k]
+            if keep and n % _CKA == 0:
+                b = n // _CKA
+                for k in range(nr):
+                    for q in range(K):
+                        ck[r0 + k, b, q, 0] = sr[q, k]
+                        ck[r0 + k, b, q, 1] = si[q, k]
+            for k in range(W):
+                vr[k] = np.float64(x[xr[k], n])
+                vi[k] = 0.0
+            for q in range(K):
+                for k in range(W):
+                    nre = pr[k] * sr[q, k] - pi[k] * si[q, k] + vr[k]
+                    nim = pr[k] * si[q, k] + pi[k] * sr[q, k] + vi[k]
+                    sr[q, k] = nre
+                    si[q, k] = nim
+                    vr[k] = nre
+                    vi[k] = nim
+            for k in range(W):
+                wr = gr[k] * vr[k] - gi[k] * vi[k]
+                wi = gr[k] * vi[k] + gi[k] * vr[k]
+                mag = math.sqrt(wr * wr + wi * wi)
+                vr[k] = mag if ab[k] != 0.0 else wr
+            for k in range(nr):
+                y[r0 + k, n] = vr[k]
+        for k in range(nr):
+            for q in range(K):
+                zf[r0 + k, q, 0] = sr[q, k]
+                zf[r0 + k, q, 1] = si[q, k]
         restore_fp_mode(fp)
+
+
+@njit(inline="always", **_OPTS)
+def _res_record(
+    K, t0, n, x, xr, pr, pi, gr, gi, ab, sr, si, ur, ui, kr, ki, fr, fi
+):  # pragma: no cover
+    # block t0 .. t0+n of the lanes: section states before each sample (ur, ui: (K, n, W)),
+    # the last section's output u_K (kr, ki: (n, W)) and the output's derivative factor
+    # (fr + i fi: w / |w| for |.| lanes, 1 for Re lanes); advances sr/si
+    W = _WR
+    vr = np.empty(W)
+    vi = np.empty(W)
+    for i in range(n):
+        for k in range(W):
+            vr[k] = np.float64(x[xr[k], t0 + i])
+            vi[k] = 0.0
+        for q in range(K):
+            for k in range(W):
+                ur[q, i, k] = sr[q, k]
+                ui[q, i, k] = si[q, k]
+                nre = pr[k] * sr[q, k] - pi[k] * si[q, k] + vr[k]
+                nim = pr[k] * si[q, k] + pi[k] * sr[q, k] + vi[k]
+                sr[q, k] = nre
+                si[q, k] = nim
+                vr[k] = nre
+                vi[k] = nim
+        for k in range(W):
+            kr[i, k] = vr[k]
+            ki[i, k] = vi[k]
+            wr = gr[k] * vr[k] - gi[k] * vi[k]
+            wi = gr[k] * vi[k] + gi[k] * vr[k]
+            mag = math.sqrt(wr * wr + wi * wi)
+            inv = 1.0 / mag if mag > 0.0 else 0.0
+            fr[i, k] = wr * inv if ab[k] != 0.0 else 1.0
+            fi[i, k] = wi * inv if ab[k] != 0.0 else 0.0
 
 
 @njit(parallel=True, **_OPTS)
 def _res_bwd(
-    gy, gzf, x, xrow, pole, gain, mode, crow, zi, gx, gpole, ggain, gzi, want_x, want_c
+    gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, gx, gpole, ggain, gzi, want_x, want_c
 ):  # pragma: no cover - compiled
     R = gy.shape[0]
     T = gy.shape[1]
     K = zi.shape[1]
-    nb = (T + _CK - 1) // _CK
-    for r in prange(R):
+    W = _WR
+    nb = (T + _CKA - 1) // _CKA
+    for grp in prange((R + W - 1) // W):
         fp = denormals_off()
-        xr = xrow[r]
-        c = crow[r]
-        pr = pole[c, 0]
-        pi = pole[c, 1]
-        gr = gain[c, 0]
-        gi = gain[c, 1]
-        use_abs = mode[c] != 0
-        sr = np.empty(K)
-        si = np.empty(K)
-        for k in range(K):
-            sr[k] = zi[r, k, 0]
-            si[k] = zi[r, k, 1]
-        ckr = np.empty((nb, K))
-        cki = np.empty((nb, K))
-        ur = np.empty((K, _CK))
-        ui = np.empty((K, _CK))
-        for b in range(nb):
-            t0 = b * _CK
-            n = min(_CK, T - t0)
-            for k in range(K):
-                ckr[b, k] = sr[k]
-                cki[b, k] = si[k]
-            _res_block(ur, ui, K, t0, n, pr, pi, sr, si, x, xr)
-        # carried adjoints c_k = d/du_k[n] from later samples (initially the final state's)
-        lr = np.empty(K)
-        li = np.empty(K)
-        for k in range(K):
-            lr[k] = gzf[r, k, 0]
-            li[k] = gzf[r, k, 1]
-        gpr = 0.0
-        gpi = 0.0
-        ggr = 0.0
-        ggi = 0.0
-        vr_ = np.empty(K)
-        vi_ = np.empty(K)
+        r0, nr, rows, xr, pr, pi, gr, gi, ab, sr, si = _res_group(
+            R, grp, xrow, crow, pole, gain, mode, zi, K
+        )
+        ur = np.empty((K, _CKA, W))
+        ui = np.empty((K, _CKA, W))
+        kr = np.empty((_CKA, W))
+        ki = np.empty((_CKA, W))
+        fr = np.empty((_CKA, W))
+        fi = np.empty((_CKA, W))
+        # carried adjoints of the section states (initially the final state's gradient)
+        lr = np.empty((K, W))
+        li = np.empty((K, W))
+        for k in range(W):
+            for q in range(K):
+                lr[q, k] = gzf[rows[k], q, 0]
+                li[q, k] = gzf[rows[k], q, 1]
+        gpr = np.zeros(W)
+        gpi = np.zeros(W)
+        ggr = np.zeros(W)
+        ggi = np.zeros(W)
+        Gr = np.empty(W)
+        Gi = np.empty(W)
         for b in range(nb - 1, -1, -1):
-            t0 = b * _CK
-            n = min(_CK, T - t0)
-            for k in range(K):
-                sr[k] = ckr[b, k]
-                si[k] = cki[b, k]
-            _res_block(ur, ui, K, t0, n, pr, pi, sr, si, x, xr)
+            t0 = b * _CKA
+            n = min(_CKA, T - t0)
+            for k in range(W):
+                for q in range(K):
+                    sr[q, k] = ck[rows[k], b, q, 0]
+                    si[q, k] = ck[rows[k], b, q, 1]
+            _res_record(K, t0, n, x, xr, pr, pi, gr, gi, ab, sr, si, ur, ui, kr, ki, fr, fi)
             for i in range(n - 1, -1, -1):
-                # forward values at this sample: u_k[n] from the states before it
-                vr = np.float64(x[xr, t0 + i])
-                vi = 0.0
-                for k in range(K):
-                    nr = pr * ur[k, i] - pi * ui[k, i] + vr
-                    ni = pr * ui[k, i] + pi * ur[k, i] + vi
-                    vr_[k] = nr
-                    vi_[k] = ni
-                    vr = nr
-                    vi = ni
-                gyv = np.float64(gy[r, t0 + i])
-                if use_abs:
-                    wr = gr * vr - gi * vi
-                    wi = gr * vi + gi * vr
-                    mag = math.sqrt(wr * wr + wi * wi)
-                    if mag > 0.0:
-                        Gwr = gyv * wr / mag
-                        Gwi = gyv * wi / mag
-                    else:
-                        Gwr = 0.0
-                        Gwi = 0.0
-                else:
-                    Gwr = gyv
-                    Gwi = 0.0
-                # G_g += conj(u_K) G_w ; G_u_K = conj(g) G_w
-                ggr += vr * Gwr + vi * Gwi
-                ggi += vr * Gwi - vi * Gwr
-                Gr = gr * Gwr + gi * Gwi
-                Gi = gr * Gwi - gi * Gwr
-                # adjoint down the cascade: lambda_k = carried_k + lambda_{k+1}
-                for k in range(K - 1, -1, -1):
-                    lkr = lr[k] + Gr
-                    lki = li[k] + Gi
-                    # G_p += conj(u_k[n-1]) lambda_k
-                    gpr += ur[k, i] * lkr + ui[k, i] * lki
-                    gpi += ur[k, i] * lki - ui[k, i] * lkr
-                    # carried to u_k[n-1]: conj(p) lambda_k
-                    lr[k] = pr * lkr + pi * lki
-                    li[k] = pr * lki - pi * lkr
-                    Gr = lkr
-                    Gi = lki
+                for k in range(W):
+                    g = np.float64(gy[rows[k], t0 + i])
+                    Gwr = g * fr[i, k]
+                    Gwi = g * fi[i, k]
+                    # G_g += conj(u_K) G_w ; G_{u_K} = conj(g) G_w
+                    ggr[k] += kr[i, k] * Gwr + ki[i, k] * Gwi
+                    ggi[k] += kr[i, k] * Gwi - ki[i, k] * Gwr
+                    Gr[k] = gr[k] * Gwr + gi[k] * Gwi
+                    Gi[k] = gr[k] * Gwi - gi[k] * Gwr
+                for q in range(K - 1, -1, -1):
+                    for k in range(W):
+                        lkr = lr[q, k] + Gr[k]
+                        lki = li[q, k] + Gi[k]
+                        # G_p += conj(u_q[n-1]) lambda_q ; carried: conj(p) lambda_q
+                        gpr[k] += ur[q, i, k] * lkr + ui[q, i, k] * lki
+                        gpi[k] += ur[q, i, k] * lki - ui[q, i, k] * lkr
+                        lr[q, k] = pr[k] * lkr + pi[k] * lki
+                        li[q, k] = pr[k] * lki - pi[k] * lkr
+                        Gr[k] = lkr
+                        Gi[k] = lki
                 if want_x:
-                    gx[r, t0 + i] = Gr
-        for k in range(K):
-            gzi[r, k, 0] = lr[k]
-            gzi[r, k, 1] = li[k]
-        if want_c:
-            gpole[r, 0] = gpr
-            gpole[r, 1] = gpi
-            ggain[r, 0] = ggr
-            ggain[r, 1] = ggi
+                    for k in range(nr):
+                        gx[r0 + k, t0 + i] = Gr[k]
+        for k in range(nr):
+            for q in range(K):
+                gzi[r0 + k, q, 0] = lr[q, k]
+                gzi[r0 + k, q, 1] = li[q, k]
+            if want_c:
+                gpole[r0 + k, 0] = gpr[k]
+                gpole[r0 + k, 1] = gpi[k]
+                ggain[r0 + k, 0] = ggr[k]
+                ggain[r0 + k, 1] = ggi[k]
         restore_fp_mode(fp)
 
 
@@ -431,13 +461,16 @@ def resonator_forward(
     mode: torch.Tensor,
     crow: torch.Tensor,
     zi: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``x (Rx, T)``; ``pole``, ``gain`` ``(Rc, 2)`` (real, imaginary); ``mode (Rc,)``
-    (0: ``Re``, 1: ``|.|``); ``zi (R, K, 2)`` -> ``y (R, T)``, ``zf (R, K, 2)``."""
+    (0: ``Re``, 1: ``|.|``); ``zi (R, K, 2)`` -> ``y (R, T)``, ``zf (R, K, 2)`` and the
+    backward's checkpoints ``(R, checkpoint_blocks(T), K, 2)`` float64."""
     _threads()
     R, T = xrow.shape[0], x.shape[1]
+    K = zi.shape[1]
     y = torch.empty((R, T), dtype=x.dtype)
     zf = torch.empty(zi.shape, dtype=torch.float64)
+    ck = torch.empty((R, checkpoint_blocks(T), K, 2), dtype=torch.float64)
     _res_fwd(
         _np(x),
         _np(xrow),
@@ -448,8 +481,9 @@ def resonator_forward(
         _np(zi.double()),
         y.numpy(),
         zf.numpy(),
+        ck.numpy(),
     )
-    return y, zf.to(zi.dtype)
+    return y, zf.to(zi.dtype), ck
 
 
 def resonator_backward(
@@ -462,6 +496,7 @@ def resonator_backward(
     mode: torch.Tensor,
     crow: torch.Tensor,
     zi: torch.Tensor,
+    ck: torch.Tensor,
     want_x: bool,
     want_c: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -483,6 +518,7 @@ def resonator_backward(
         _np(mode),
         _np(crow),
         _np(zi.double()),
+        _np(ck),
         gx.numpy(),
         gp.numpy(),
         gg.numpy(),
@@ -741,8 +777,8 @@ def _adapt_bwd(
         restore_fp_mode(fp)
 
 
-def adaptation_blocks(T: int) -> int:
-    """Number of checkpoints the adaptation-loop forward keeps for a signal of ``T``."""
+def checkpoint_blocks(T: int) -> int:
+    """Number of checkpoints a forward keeps for the backward of a signal of ``T``."""
     return (T + _CKA - 1) // _CKA
 
 
@@ -759,13 +795,13 @@ def adaptation_forward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``x (Rx, T)``, ``a``, ``m`` ``(Rc, J)``, ``zi (R, J)`` -> raw loop output
     ``v (R, T)``, final states ``(R, J)`` and (``keep``) the checkpoints of the backward
-    ``(R, adaptation_blocks(T), J)`` float64 (else ``(R, 0, J)``)."""
+    ``(R, checkpoint_blocks(T), J)`` float64 (else ``(R, 0, J)``)."""
     _threads()
     R, T = xrow.shape[0], x.shape[1]
     J = zi.shape[1]
     y = torch.empty((R, T), dtype=x.dtype)
     zf = torch.empty(zi.shape, dtype=torch.float64)
-    ck = torch.empty((R, adaptation_blocks(T) if keep else 0, J), dtype=torch.float64)
+    ck = torch.empty((R, checkpoint_blocks(T) if keep else 0, J), dtype=torch.float64)
     _adapt_fwd(
         _np(x),
         _np(xrow),

@@ -278,7 +278,12 @@ class Osses2021(StreamingModel):
         if squeeze:
             out = {k: v[0] for k, v in out.items()}
         mod = out["modulation"]
-        chans = [mod[..., c, : int(n), :] for c, n in enumerate(self.modulation.n_bands)]
+        # unbind: one backward node for all channels (per-channel selects would each
+        # scatter into a zero tensor of the whole output)
+        chans = [
+            band[..., : int(n), :]
+            for band, n in zip(mod.unbind(-3), self.modulation.n_bands, strict=True)
+        ]
         if self.return_stages:
             return chans, {k: out[k] for k in self.stage_names[:-1]}
         return chans

@@ -450,7 +450,12 @@ class Paulick2024(StreamingModel):
         if squeeze:
             mod = mod[0]
             out = {k: v[0] for k, v in out.items()}
-        chans = [mod[..., c, : int(n), :] for c, n in enumerate(self.modulation.n_bands)]
+        # unbind: one backward node for all channels (per-channel selects would each
+        # scatter into a zero tensor of the whole output)
+        chans = [
+            band[..., : int(n), :]
+            for band, n in zip(mod.unbind(-3), self.modulation.n_bands, strict=True)
+        ]
         if self.return_stages:
             keys = ("outerear", "drnl", "ihc", "adaptation", "resampled")
             return chans, {k: out[k] for k in keys}

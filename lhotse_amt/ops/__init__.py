@@ -124,7 +124,7 @@ def one_pole_cascade(
         )
     xrow = row_map(x.shape[:-1], lead, x.device)
     crow = row_map(cshape, lead, x.device)
-    y, zf = resonator_rows(_rows(x, T), xrow, p.contiguous(), g.contiguous(), mode, crow, z)
+    y, zf, _ = resonator_rows(_rows(x, T), xrow, p.contiguous(), g.contiguous(), mode, crow, z)
     zc = torch.view_as_complex(zf.reshape(*lead, order, 2).contiguous())
     return y.reshape(*lead, T), zc
 

@@ -38,6 +38,11 @@ def _gpu():
     return triton_autodiff
 
 
+def _blocks(T: int) -> int:
+    """Checkpoints a forward keeps for its backward (one per block of recomputation)."""
+    return (T + _cpu.CHECKPOINT_BLOCK - 1) // _cpu.CHECKPOINT_BLOCK
+
+
 def _sum_rows(g: Tensor, rows: Tensor, n: int, dtype: torch.dtype) -> Tensor:
     """Sum per-output-row gradients ``g (R, ...)`` into ``n`` rows by ``rows (R,)``."""
     out = g.new_zeros((n, *g.shape[1:]))
@@ -87,12 +92,12 @@ def _sosfilt_backward(
 
 
 @_sosfilt_backward.register_kernel("cuda")
-def _(gy, gzf, x, xrow, sos, crow, zi, want_x: bool, want_c: bool):  # noqa: ANN001, ANN202
+def _(gy, gzf, x, xrow, sos, crow, zi, want_x: bool, want_c: bool):
     return _gpu().sos_backward(gy, gzf, x, xrow, sos, crow, zi, want_x, want_c)
 
 
 @_sosfilt_backward.register_fake
-def _(gy, gzf, x, xrow, sos, crow, zi, want_x: bool, want_c: bool):  # noqa: ANN001, ANN202
+def _(gy, gzf, x, xrow, sos, crow, zi, want_x: bool, want_c: bool):
     R, T = gy.shape
     S = sos.shape[1]
     f64 = torch.float64
@@ -103,12 +108,12 @@ def _(gy, gzf, x, xrow, sos, crow, zi, want_x: bool, want_c: bool):  # noqa: ANN
     )
 
 
-def _sos_setup(ctx, inputs, output) -> None:  # noqa: ANN001
+def _sos_setup(ctx, inputs, output) -> None:
     x, xrow, sos, crow, zi = inputs
     ctx.save_for_backward(x, xrow, sos, crow, zi)
 
 
-def _sos_backward(ctx, gy: Tensor, gzf: Tensor):  # noqa: ANN001, ANN202
+def _sos_backward(ctx, gy: Tensor, gzf: Tensor):
     x, xrow, sos, crow, zi = ctx.saved_tensors
     want_x, want_c = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
     gy = gy.contiguous() if gy is not None else x.new_zeros((xrow.shape[0], x.shape[1]))
@@ -130,25 +135,29 @@ sosfilt_rows.register_autograd(_sos_backward, setup_context=_sos_setup)
 @torch.library.custom_op(f"{_LIB}::resonator", mutates_args=(), device_types="cpu")
 def resonator_rows(
     x: Tensor, xrow: Tensor, pole: Tensor, gain: Tensor, mode: Tensor, crow: Tensor, zi: Tensor
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor]:
     """``K`` identical complex one-pole sections and a complex gain, real output.
 
     ``u_k[n] = p u_k[n-1] + u_{k-1}[n]`` (``u_0 = x``), ``w = g u_K``, ``y = Re w``
     (``mode 0``) or ``|w|`` (``mode 1``). ``x (Rx, T)``; ``pole``, ``gain`` ``(Rc, 2)``
     as (real, imaginary); ``mode (Rc,)`` int8; ``zi (R, K, 2)`` section states ``u_k[-1]``.
-    Returns ``y (R, T)`` and ``zf (R, K, 2)``.
+    Returns ``y (R, T)``, ``zf (R, K, 2)`` and the section states at the start of every
+    block of the backward's recomputation ``(R, ceil(T / 512), K, 2)`` float64 (no
+    gradient).
     """
     return _cpu.resonator_forward(x, xrow, pole, gain, mode, crow, zi)
 
 
 @resonator_rows.register_kernel("cuda")
-def _(x, xrow, pole, gain, mode, crow, zi):  # noqa: ANN001, ANN202
+def _(x, xrow, pole, gain, mode, crow, zi):
     return _gpu().resonator_forward(x, xrow, pole, gain, mode, crow, zi)
 
 
 @resonator_rows.register_fake
-def _(x, xrow, pole, gain, mode, crow, zi):  # noqa: ANN001, ANN202
-    return x.new_empty((xrow.shape[0], x.shape[1])), torch.empty_like(zi)
+def _(x, xrow, pole, gain, mode, crow, zi):
+    R, T = xrow.shape[0], x.shape[1]
+    ck = zi.new_empty((R, _blocks(T), zi.shape[1], 2), dtype=torch.float64)
+    return x.new_empty((R, T)), torch.empty_like(zi), ck
 
 
 @torch.library.custom_op(f"{_LIB}::resonator_backward", mutates_args=(), device_types="cpu")
@@ -162,19 +171,22 @@ def _resonator_backward(
     mode: Tensor,
     crow: Tensor,
     zi: Tensor,
+    ck: Tensor,
     want_x: bool,
     want_c: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    return _cpu.resonator_backward(gy, gzf, x, xrow, pole, gain, mode, crow, zi, want_x, want_c)
+    return _cpu.resonator_backward(gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, want_x, want_c)
 
 
 @_resonator_backward.register_kernel("cuda")
-def _(gy, gzf, x, xrow, pole, gain, mode, crow, zi, want_x: bool, want_c: bool):  # noqa: ANN001, ANN202
-    return _gpu().resonator_backward(gy, gzf, x, xrow, pole, gain, mode, crow, zi, want_x, want_c)
+def _(gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, want_x: bool, want_c: bool):
+    return _gpu().resonator_backward(
+        gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, want_x, want_c
+    )
 
 
 @_resonator_backward.register_fake
-def _(gy, gzf, x, xrow, pole, gain, mode, crow, zi, want_x: bool, want_c: bool):  # noqa: ANN001, ANN202
+def _(gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, want_x: bool, want_c: bool):
     R, T = gy.shape
     f64 = torch.float64
     return (
@@ -185,18 +197,19 @@ def _(gy, gzf, x, xrow, pole, gain, mode, crow, zi, want_x: bool, want_c: bool):
     )
 
 
-def _res_setup(ctx, inputs, output) -> None:  # noqa: ANN001
-    ctx.save_for_backward(*inputs)
+def _res_setup(ctx, inputs, output) -> None:
+    ctx.mark_non_differentiable(output[2])
+    ctx.save_for_backward(*inputs, output[2])
 
 
-def _res_backward(ctx, gy: Tensor, gzf: Tensor):  # noqa: ANN001, ANN202
-    x, xrow, pole, gain, mode, crow, zi = ctx.saved_tensors
+def _res_backward(ctx, gy: Tensor, gzf: Tensor, _gck: Tensor):
+    x, xrow, pole, gain, mode, crow, zi, ck = ctx.saved_tensors
     want_x = ctx.needs_input_grad[0]
     want_c = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
     gy = gy.contiguous() if gy is not None else x.new_zeros((xrow.shape[0], x.shape[1]))
     gzf = gzf.contiguous() if gzf is not None else torch.zeros_like(zi)
     gxr, gpr, ggr, gzi = _resonator_backward(
-        gy, gzf, x, xrow, pole, gain, mode, crow, zi, want_x, want_c
+        gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, want_x, want_c
     )
     gx = _sum_rows(gxr, xrow, x.shape[0], x.dtype) if want_x else None
     gp = _sum_rows(gpr, crow, pole.shape[0], pole.dtype) if ctx.needs_input_grad[2] else None
@@ -234,15 +247,14 @@ def adaptation_rows(
 
 
 @adaptation_rows.register_kernel("cuda")
-def _(x, xrow, a, m, crow, minlvl: float, use_limit: bool, zi):  # noqa: ANN001, ANN202
+def _(x, xrow, a, m, crow, minlvl: float, use_limit: bool, zi):
     return _gpu().adaptation_forward(x, xrow, a, m, crow, minlvl, use_limit, zi, True)
 
 
 @adaptation_rows.register_fake
-def _(x, xrow, a, m, crow, minlvl: float, use_limit: bool, zi):  # noqa: ANN001, ANN202
+def _(x, xrow, a, m, crow, minlvl: float, use_limit: bool, zi):
     R, T = xrow.shape[0], x.shape[1]
-    nb = (T + _cpu.CHECKPOINT_BLOCK - 1) // _cpu.CHECKPOINT_BLOCK
-    ck = zi.new_empty((R, nb, zi.shape[1]), dtype=torch.float64)
+    ck = zi.new_empty((R, _blocks(T), zi.shape[1]), dtype=torch.float64)
     return x.new_empty((R, T)), torch.empty_like(zi), ck
 
 
@@ -270,7 +282,7 @@ def _adaptation_backward(
 @_adaptation_backward.register_kernel("cuda")
 def _(
     gy, gzf, x, xrow, a, m, crow, minlvl: float, use_limit: bool, zi, ck, want_x: bool, want_c: bool
-):  # noqa: ANN001, ANN202, E501
+):
     return _gpu().adaptation_backward(
         gy, gzf, x, xrow, a, m, crow, minlvl, use_limit, zi, ck, want_x, want_c
     )
@@ -279,7 +291,7 @@ def _(
 @_adaptation_backward.register_fake
 def _(
     gy, gzf, x, xrow, a, m, crow, minlvl: float, use_limit: bool, zi, ck, want_x: bool, want_c: bool
-):  # noqa: ANN001, ANN202, E501
+):
     R, T = gy.shape
     J = zi.shape[1]
     f64 = torch.float64
@@ -291,14 +303,14 @@ def _(
     )
 
 
-def _adapt_setup(ctx, inputs, output) -> None:  # noqa: ANN001
+def _adapt_setup(ctx, inputs, output) -> None:
     x, xrow, a, m, crow, minlvl, use_limit, zi = inputs
     ctx.minlvl, ctx.use_limit = minlvl, use_limit
     ctx.mark_non_differentiable(output[2])
     ctx.save_for_backward(x, xrow, a, m, crow, zi, output[2])
 
 
-def _adapt_backward(ctx, gy: Tensor, gzf: Tensor, _gck: Tensor):  # noqa: ANN001, ANN202
+def _adapt_backward(ctx, gy: Tensor, gzf: Tensor, _gck: Tensor):
     x, xrow, a, m, crow, zi, ck = ctx.saved_tensors
     want_x = ctx.needs_input_grad[0]
     want_c = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
