@@ -135,7 +135,7 @@ def train_and_test(
             opt.zero_grad()
             loss.backward()
             opt.step()
-            tot += float(loss) * len(idx)
+            tot += float(loss.detach()) * len(idx)
         losses.append(tot / len(perm))
         model.eval()
         with torch.no_grad():
