@@ -85,10 +85,15 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="append",
         default=None,
         help="comma-separated speakers held out for testing (one fold); repeat the option "
-        "for several folds, or 'each' for every speaker in turn (default: george)",
+        "for several folds, or 'each' for every speaker in turn (None: george)",
     )
     p.add_argument("--exp-dir", type=Path, required=True)
-    p.add_argument("--features", nargs="+", default=list(DEFAULT_FEATURES))
+    p.add_argument(
+        "--features",
+        nargs="+",
+        default=list(DEFAULT_FEATURES),
+        help="feature types NAME[:key=value,...] (the recipe's settings, then these keys)",
+    )
     p.add_argument("--noise-types", nargs="+", default=list(NOISE_TYPES), choices=NOISE_TYPES)
     p.add_argument(
         "--train-per-digit",
