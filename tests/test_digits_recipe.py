@@ -122,3 +122,38 @@ def test_digits_smoke(tmp_path):
     md = (exp / "results.md").read_text()
     assert "avg 0-20" in md and "amt-paulick2024" in md
     assert (exp / "accuracy.png").stat().st_size > 10_000
+
+
+def test_folds_and_summary():
+    from digits import run as drun
+
+    spk = ["george", "jackson", "lucas", "nicolas"]
+    assert drun._folds(None, spk) == [["george"]]
+    assert drun._folds(["lucas,george", "nicolas"], spk) == [["george", "lucas"], ["nicolas"]]
+    assert drun._folds(["each"], spk) == [[s] for s in spk]
+    with pytest.raises(ValueError, match="unknown speaker"):
+        drun._folds(["bob"], spk)
+    with pytest.raises(ValueError, match="no training speaker"):
+        drun._folds([",".join(spk)], spk)
+    # two seeds of two features; accuracy of a noisy condition = mean over noise types
+    kinds = ["babble", "pink"]
+
+    def run(feature, seed, clean, noisy):
+        test = {"test-clean": clean}
+        for k, kind in enumerate(kinds):
+            for snr in drun.TEST_SNRS:
+                test[f"test-{kind}-{drun.cond_key(snr)}"] = noisy + 0.1 * k
+        return dict(feature=feature, training="clean", seed=seed, test=test)
+
+    runs = [run("kaldi-fbank", 0, 0.8, 0.5), run("kaldi-fbank", 1, 0.6, 0.3)]
+    runs += [run("amt-dau1997", 0, 0.9, 0.7), run("amt-dau1997", 1, 0.9, 0.7)]
+    s = drun.summarize(runs, ["kaldi-fbank", "amt-dau1997"], kinds)["clean"]
+    assert s["accuracy"]["kaldi-fbank"]["clean"] == pytest.approx(0.7)
+    assert s["accuracy_std"]["kaldi-fbank"]["clean"] == pytest.approx(0.1)
+    assert s["accuracy"]["kaldi-fbank"]["snr0"] == pytest.approx(0.45)  # (0.55 + 0.35) / 2
+    assert s["accuracy_by_noise"]["amt-dau1997"]["pink"]["snr-5"] == pytest.approx(0.8)
+    assert s["aurora_avg"]["amt-dau1997"] == pytest.approx(0.75)
+    # error 0.25 vs 0.55: relative change -0.545
+    rel = s["relative_error_change_vs_fbank"]["amt-dau1997"]["aurora_avg"]
+    assert rel == pytest.approx(0.25 / 0.55 - 1)
+    assert s["relative_error_change_vs_fbank"]["kaldi-fbank"]["aurora_avg"] == 0.0
