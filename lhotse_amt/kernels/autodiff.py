@@ -59,160 +59,184 @@ def _np(t: torch.Tensor) -> np.ndarray:
 # --------------------------------------------------------------------------------------
 
 
+_WS = 16  # rows per lane group of the second-order-section kernels
+
+
 @njit(inline="always", **_OPTS)
-def _sos_block(w, S, t0, n, co, z, x, xr):  # pragma: no cover - compiled
-    # samples t0 .. t0+n of row xr of x through the sections, states z (S, 2) in place;
-    # w (S+1, >=n): section inputs (w[0] = x) and the last output, block-local index
-    for i in range(n):
-        w[0, i] = x[xr, t0 + i]
-    for s in range(S):
-        b0 = co[s, 0]
-        b1 = co[s, 1]
-        b2 = co[s, 2]
-        a1 = co[s, 4]
-        a2 = co[s, 5]
-        z1 = z[s, 0]
-        z2 = z[s, 1]
-        for i in range(n):
-            v = w[s, i]
-            out = b0 * v + z1
-            z1 = b1 * v - a1 * out + z2
-            z2 = b2 * v - a2 * out
-            w[s + 1, i] = out
-        z[s, 0] = z1
-        z[s, 1] = z2
+def _sos_group(R, grp, xrow, crow, sos, zi, S):  # pragma: no cover - compiled
+    # rows of lane group grp (padding lanes repeat the last row), their input rows,
+    # coefficients co (S, 5, W) = b0, b1, b2, a1, a2 and states z (S, 2, W)
+    W = _WS
+    r0 = grp * W
+    nr = min(W, R - r0)
+    rows = np.empty(W, np.int64)
+    xr = np.empty(W, np.int64)
+    co = np.empty((S, 5, W))
+    z = np.empty((S, 2, W))
+    for k in range(W):
+        r = r0 + min(k, nr - 1)
+        rows[k] = r
+        xr[k] = xrow[r]
+        c = crow[r]
+        for q in range(S):
+            co[q, 0, k] = sos[c, q, 0]
+            co[q, 1, k] = sos[c, q, 1]
+            co[q, 2, k] = sos[c, q, 2]
+            co[q, 3, k] = sos[c, q, 4]
+            co[q, 4, k] = sos[c, q, 5]
+            z[q, 0, k] = zi[r, q, 0]
+            z[q, 1, k] = zi[r, q, 1]
+    return r0, nr, rows, xr, co, z
 
 
 @njit(parallel=True, **_OPTS)
-def _sos_fwd(x, xrow, sos, crow, zi, y, zf):  # pragma: no cover - compiled
+def _sos_fwd(x, xrow, sos, crow, zi, y, zf, ck):  # pragma: no cover - compiled
+    # lane groups of _WS rows; section states at the start of every block of _CKA
+    # samples go to ck (R, nb, S, 2) for the backward
     R = y.shape[0]
     T = y.shape[1]
     S = sos.shape[1]
-    for r in prange(R):
+    W = _WS
+    for grp in prange((R + W - 1) // W):
         fp = denormals_off()
-        xr = xrow[r]
-        c = crow[r]
-        co = np.empty((S, 6))
-        z = np.empty((S, 2))
-        for s in range(S):
-            for k in range(6):
-                co[s, k] = sos[c, s, k]
-            z[s, 0] = zi[r, s, 0]
-            z[s, 1] = zi[r, s, 1]
+        r0, nr, rows, xr, co, z = _sos_group(R, grp, xrow, crow, sos, zi, S)
+        v = np.empty(W)
         for n in range(T):
-            v = np.float64(x[xr, n])
-            for s in range(S):
-                out = co[s, 0] * v + z[s, 0]
-                z[s, 0] = co[s, 1] * v - co[s, 4] * out + z[s, 1]
-                z[s, 1] = co[s, 2] * v - co[s, 5] * out
-                v = out
-            y[r, n] = v
-        for s in range(S):
-            zf[r, s, 0] = z[s, 0]
-            zf[r, s, 1] = z[s, 1]
+            if n % _CKA == 0:
+                b = n // _CKA
+                for k in range(nr):
+                    for q in range(S):
+                        ck[r0 + k, b, q, 0] = z[q, 0, k]
+                        ck[r0 + k, b, q, 1] = z[q, 1, k]
+            for k in range(W):
+                v[k] = np.float64(x[xr[k], n])
+            for q in range(S):
+                for k in range(W):
+                    vk = v[k]
+                    out = co[q, 0, k] * vk + z[q, 0, k]
+                    z[q, 0, k] = co[q, 1, k] * vk - co[q, 3, k] * out + z[q, 1, k]
+                    z[q, 1, k] = co[q, 2, k] * vk - co[q, 4, k] * out
+                    v[k] = out
+            for k in range(nr):
+                y[r0 + k, n] = v[k]
+        for k in range(nr):
+            for q in range(S):
+                zf[r0 + k, q, 0] = z[q, 0, k]
+                zf[r0 + k, q, 1] = z[q, 1, k]
         restore_fp_mode(fp)
 
 
+@njit(inline="always", **_OPTS)
+def _sos_record(S, t0, n, x, xr, co, z, w):  # pragma: no cover - compiled
+    # block t0 .. t0+n of the lanes: section inputs and the last output into w
+    # (S + 1, n, W); advances z
+    W = _WS
+    for i in range(n):
+        for k in range(W):
+            w[0, i, k] = np.float64(x[xr[k], t0 + i])
+    for q in range(S):
+        for i in range(n):
+            for k in range(W):
+                vk = w[q, i, k]
+                out = co[q, 0, k] * vk + z[q, 0, k]
+                z[q, 0, k] = co[q, 1, k] * vk - co[q, 3, k] * out + z[q, 1, k]
+                z[q, 1, k] = co[q, 2, k] * vk - co[q, 4, k] * out
+                w[q + 1, i, k] = out
+
+
 @njit(parallel=True, **_OPTS)
-def _sos_bwd(gy, gzf, x, xrow, sos, crow, zi, gx, gsos, gzi, want_x, want_c):  # pragma: no cover
+def _sos_bwd(
+    gy, gzf, x, xrow, sos, crow, zi, ck, gx, gsos, gzi, want_x, want_c
+):  # pragma: no cover
+    # per block (last first): the section signals are recomputed from the block's
+    # checkpoint, then the adjoint of every section (last first) runs back over it:
+    # G = g - a1 l1 - a2 l2; g <- b0 G + b1 l1 + b2 l2; (l1, l2) <- (G, l1)
     R = gy.shape[0]
     T = gy.shape[1]
     S = sos.shape[1]
-    nb = (T + _CK - 1) // _CK
-    for r in prange(R):
+    W = _WS
+    nb = (T + _CKA - 1) // _CKA
+    for grp in prange((R + W - 1) // W):
         fp = denormals_off()
-        xr = xrow[r]
-        c = crow[r]
-        co = np.empty((S, 6))
-        z = np.empty((S, 2))
-        for s in range(S):
-            for k in range(6):
-                co[s, k] = sos[c, s, k]
-            z[s, 0] = zi[r, s, 0]
-            z[s, 1] = zi[r, s, 1]
-        # checkpoints: section states at the start of every block
-        ck = np.empty((nb, S, 2))
-        w = np.empty((S + 1, _CK))
-        for b in range(nb):
-            t0 = b * _CK
-            n = min(_CK, T - t0)
-            for s in range(S):
-                ck[b, s, 0] = z[s, 0]
-                ck[b, s, 1] = z[s, 1]
-            _sos_block(w, S, t0, n, co, z, x, xr)
-        # adjoint states (d/dz1, d/dz2 of the states after the current sample)
-        lam = np.empty((S, 2))
-        for s in range(S):
-            lam[s, 0] = gzf[r, s, 0]
-            lam[s, 1] = gzf[r, s, 1]
-        gc = np.zeros((S, 6))
-        g = np.empty(_CK)
+        r0, nr, rows, xr, co, z = _sos_group(R, grp, xrow, crow, sos, zi, S)
+        w = np.empty((S + 1, _CKA, W))
+        g = np.empty((_CKA, W))
+        l1 = np.empty((S, W))
+        l2 = np.empty((S, W))
+        for k in range(W):
+            for q in range(S):
+                l1[q, k] = gzf[rows[k], q, 0]
+                l2[q, k] = gzf[rows[k], q, 1]
+        gc = np.zeros((S, 5, W))
         for b in range(nb - 1, -1, -1):
-            t0 = b * _CK
-            n = min(_CK, T - t0)
-            for s in range(S):
-                z[s, 0] = ck[b, s, 0]
-                z[s, 1] = ck[b, s, 1]
-            _sos_block(w, S, t0, n, co, z, x, xr)
+            t0 = b * _CKA
+            n = min(_CKA, T - t0)
+            for k in range(W):
+                for q in range(S):
+                    z[q, 0, k] = ck[rows[k], b, q, 0]
+                    z[q, 1, k] = ck[rows[k], b, q, 1]
+            _sos_record(S, t0, n, x, xr, co, z, w)
             for i in range(n):
-                g[i] = gy[r, t0 + i]
-            for s in range(S - 1, -1, -1):
-                b0 = co[s, 0]
-                b1 = co[s, 1]
-                b2 = co[s, 2]
-                a1 = co[s, 4]
-                a2 = co[s, 5]
-                l1 = lam[s, 0]
-                l2 = lam[s, 1]
-                gb0 = 0.0
-                gb1 = 0.0
-                gb2 = 0.0
-                ga1 = 0.0
-                ga2 = 0.0
+                for k in range(W):
+                    g[i, k] = np.float64(gy[rows[k], t0 + i])
+            for q in range(S - 1, -1, -1):
                 for i in range(n - 1, -1, -1):
-                    v = w[s, i]
-                    out = w[s + 1, i]
-                    G = g[i] - a1 * l1 - a2 * l2
-                    g[i] = b0 * G + b1 * l1 + b2 * l2
-                    gb0 += G * v
-                    gb1 += l1 * v
-                    gb2 += l2 * v
-                    ga1 -= l1 * out
-                    ga2 -= l2 * out
-                    l2 = l1
-                    l1 = G
-                lam[s, 0] = l1
-                lam[s, 1] = l2
-                gc[s, 0] += gb0
-                gc[s, 1] += gb1
-                gc[s, 2] += gb2
-                gc[s, 4] += ga1
-                gc[s, 5] += ga2
+                    for k in range(W):
+                        a1 = co[q, 3, k]
+                        a2 = co[q, 4, k]
+                        p1 = l1[q, k]
+                        p2 = l2[q, k]
+                        v = w[q, i, k]
+                        out = w[q + 1, i, k]
+                        G = g[i, k] - a1 * p1 - a2 * p2
+                        g[i, k] = co[q, 0, k] * G + co[q, 1, k] * p1 + co[q, 2, k] * p2
+                        gc[q, 0, k] += G * v
+                        gc[q, 1, k] += p1 * v
+                        gc[q, 2, k] += p2 * v
+                        gc[q, 3, k] -= p1 * out
+                        gc[q, 4, k] -= p2 * out
+                        l2[q, k] = p1
+                        l1[q, k] = G
             if want_x:
-                for i in range(n):
-                    gx[r, t0 + i] = g[i]
-        for s in range(S):
-            gzi[r, s, 0] = lam[s, 0]
-            gzi[r, s, 1] = lam[s, 1]
-            if want_c:
-                for k in range(6):
-                    gsos[r, s, k] = gc[s, k]
+                for k in range(nr):
+                    for i in range(n):
+                        gx[r0 + k, t0 + i] = g[i, k]
+        for k in range(nr):
+            for q in range(S):
+                gzi[r0 + k, q, 0] = l1[q, k]
+                gzi[r0 + k, q, 1] = l2[q, k]
+                if want_c:
+                    gsos[r0 + k, q, 0] = gc[q, 0, k]
+                    gsos[r0 + k, q, 1] = gc[q, 1, k]
+                    gsos[r0 + k, q, 2] = gc[q, 2, k]
+                    gsos[r0 + k, q, 4] = gc[q, 3, k]
+                    gsos[r0 + k, q, 5] = gc[q, 4, k]
         restore_fp_mode(fp)
 
 
 def sos_forward(
     x: torch.Tensor, xrow: torch.Tensor, sos: torch.Tensor, crow: torch.Tensor, zi: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``x (Rx, T)``, ``xrow (R,)``, ``sos (Rc, S, 6)``, ``crow (R,)``, ``zi (R, S, 2)`` ->
-    ``y (R, T)`` in ``x``'s dtype and ``zf (R, S, 2)`` in ``zi``'s."""
+    ``y (R, T)`` in ``x``'s dtype, ``zf (R, S, 2)`` in ``zi``'s and the backward's
+    checkpoints ``(R, checkpoint_blocks(T), S, 2)`` float64."""
     _threads()
     R, T = xrow.shape[0], x.shape[1]
+    S = sos.shape[1]
     y = torch.empty((R, T), dtype=x.dtype)
     zf = torch.empty(zi.shape, dtype=torch.float64)
+    ck = torch.empty((R, checkpoint_blocks(T), S, 2), dtype=torch.float64)
     _sos_fwd(
-        _np(x), _np(xrow), _np(sos.double()), _np(crow), _np(zi.double()), y.numpy(), zf.numpy()
+        _np(x),
+        _np(xrow),
+        _np(sos.double()),
+        _np(crow),
+        _np(zi.double()),
+        y.numpy(),
+        zf.numpy(),
+        ck.numpy(),
     )
-    return y, zf.to(zi.dtype)
+    return y, zf.to(zi.dtype), ck
 
 
 def sos_backward(
@@ -223,6 +247,7 @@ def sos_backward(
     sos: torch.Tensor,
     crow: torch.Tensor,
     zi: torch.Tensor,
+    ck: torch.Tensor,
     want_x: bool,
     want_c: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -232,7 +257,7 @@ def sos_backward(
     R, T = gy.shape
     S = sos.shape[1]
     gx = torch.empty((R, T) if want_x else (R, 0), dtype=x.dtype)
-    gsos = torch.zeros((R, S, 6) if want_c else (R, S, 0), dtype=torch.float64)
+    gsos = torch.zeros((R, S, 6), dtype=torch.float64)
     gzi = torch.empty((R, S, 2), dtype=torch.float64)
     _sos_bwd(
         _np(gy),
@@ -242,6 +267,7 @@ def sos_backward(
         _np(sos.double()),
         _np(crow),
         _np(zi.double()),
+        _np(ck),
         gx.numpy(),
         gsos.numpy(),
         gzi.numpy(),

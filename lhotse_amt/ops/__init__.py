@@ -54,7 +54,7 @@ def sosfilt(x: Tensor, sos: Tensor, zi: Tensor | None = None) -> tuple[Tensor, T
         z = zi.to(sdt).expand(*lead, S, 2).reshape(-1, S, 2).contiguous()
     xrow = row_map(x.shape[:-1], lead, x.device)
     crow = row_map(sos.shape[:-2], lead, x.device)
-    y, zf = sosfilt_rows(_rows(x, T), xrow, sos.reshape(-1, S, 6).contiguous(), crow, z)
+    y, zf, _ = sosfilt_rows(_rows(x, T), xrow, sos.reshape(-1, S, 6).contiguous(), crow, z)
     return y.reshape(*lead, T), zf.reshape(*lead, S, 2)
 
 

@@ -57,23 +57,27 @@ def _sum_rows(g: Tensor, rows: Tensor, n: int, dtype: torch.dtype) -> Tensor:
 @torch.library.custom_op(f"{_LIB}::sosfilt", mutates_args=(), device_types="cpu")
 def sosfilt_rows(
     x: Tensor, xrow: Tensor, sos: Tensor, crow: Tensor, zi: Tensor
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor]:
     """Second-order sections (transposed direct form II, as :func:`scipy.signal.sosfilt`).
 
     ``x (Rx, T)``, ``xrow (R,)`` int64, ``sos (Rc, S, 6)``, ``crow (R,)`` int64,
-    ``zi (R, S, 2)`` -> ``y (R, T)`` (dtype of ``x``), ``zf (R, S, 2)`` (dtype of ``zi``).
+    ``zi (R, S, 2)`` -> ``y (R, T)`` (dtype of ``x``), ``zf (R, S, 2)`` (dtype of ``zi``)
+    and the section states at the start of every block of the backward's recomputation
+    ``(R, ceil(T / 512), S, 2)`` float64 (no gradient).
     """
     return _cpu.sos_forward(x, xrow, sos, crow, zi)
 
 
 @sosfilt_rows.register_kernel("cuda")
-def _(x: Tensor, xrow: Tensor, sos: Tensor, crow: Tensor, zi: Tensor) -> tuple[Tensor, Tensor]:
+def _(x, xrow, sos, crow, zi):
     return _gpu().sos_forward(x, xrow, sos, crow, zi)
 
 
 @sosfilt_rows.register_fake
-def _(x: Tensor, xrow: Tensor, sos: Tensor, crow: Tensor, zi: Tensor) -> tuple[Tensor, Tensor]:
-    return x.new_empty((xrow.shape[0], x.shape[1])), torch.empty_like(zi)
+def _(x, xrow, sos, crow, zi):
+    R, T = xrow.shape[0], x.shape[1]
+    ck = zi.new_empty((R, _blocks(T), sos.shape[1], 2), dtype=torch.float64)
+    return x.new_empty((R, T)), torch.empty_like(zi), ck
 
 
 @torch.library.custom_op(f"{_LIB}::sosfilt_backward", mutates_args=(), device_types="cpu")
@@ -85,40 +89,41 @@ def _sosfilt_backward(
     sos: Tensor,
     crow: Tensor,
     zi: Tensor,
+    ck: Tensor,
     want_x: bool,
     want_c: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    return _cpu.sos_backward(gy, gzf, x, xrow, sos, crow, zi, want_x, want_c)
+    return _cpu.sos_backward(gy, gzf, x, xrow, sos, crow, zi, ck, want_x, want_c)
 
 
 @_sosfilt_backward.register_kernel("cuda")
-def _(gy, gzf, x, xrow, sos, crow, zi, want_x: bool, want_c: bool):
-    return _gpu().sos_backward(gy, gzf, x, xrow, sos, crow, zi, want_x, want_c)
+def _(gy, gzf, x, xrow, sos, crow, zi, ck, want_x: bool, want_c: bool):
+    return _gpu().sos_backward(gy, gzf, x, xrow, sos, crow, zi, ck, want_x, want_c)
 
 
 @_sosfilt_backward.register_fake
-def _(gy, gzf, x, xrow, sos, crow, zi, want_x: bool, want_c: bool):
+def _(gy, gzf, x, xrow, sos, crow, zi, ck, want_x: bool, want_c: bool):
     R, T = gy.shape
     S = sos.shape[1]
     f64 = torch.float64
     return (
         x.new_empty((R, T) if want_x else (R, 0)),
-        sos.new_empty((R, S, 6) if want_c else (R, S, 0), dtype=f64),
+        sos.new_empty((R, S, 6), dtype=f64),
         zi.new_empty((R, S, 2), dtype=f64),
     )
 
 
 def _sos_setup(ctx, inputs, output) -> None:
-    x, xrow, sos, crow, zi = inputs
-    ctx.save_for_backward(x, xrow, sos, crow, zi)
+    ctx.mark_non_differentiable(output[2])
+    ctx.save_for_backward(*inputs, output[2])
 
 
-def _sos_backward(ctx, gy: Tensor, gzf: Tensor):
-    x, xrow, sos, crow, zi = ctx.saved_tensors
+def _sos_backward(ctx, gy: Tensor, gzf: Tensor, _gck: Tensor):
+    x, xrow, sos, crow, zi, ck = ctx.saved_tensors
     want_x, want_c = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
     gy = gy.contiguous() if gy is not None else x.new_zeros((xrow.shape[0], x.shape[1]))
     gzf = gzf.contiguous() if gzf is not None else torch.zeros_like(zi)
-    gxr, gsr, gzi = _sosfilt_backward(gy, gzf, x, xrow, sos, crow, zi, want_x, want_c)
+    gxr, gsr, gzi = _sosfilt_backward(gy, gzf, x, xrow, sos, crow, zi, ck, want_x, want_c)
     gx = _sum_rows(gxr, xrow, x.shape[0], x.dtype) if want_x else None
     gs = _sum_rows(gsr, crow, sos.shape[0], sos.dtype) if want_c else None
     return gx, None, gs, None, gzi.to(zi.dtype)
