@@ -90,10 +90,18 @@ def test_mixing_hooks_sentinel_safe():
     np.testing.assert_allclose(
         Moore2016Extractor.mix(a, np.full_like(a, -23.03), 3.0), a, rtol=1e-6
     )
+    # the mid-level law N' = C ((E + A)^0.2 - A^0.2) inverted, excitations added
+    c, big_a = Moore2016Extractor.mix_c, 4.72096
+    e = (0.5 / c + big_a**0.2) ** 5 - big_a
     both = Moore2016Extractor.mix(a, a, 1.0)
-    np.testing.assert_allclose(both, 0.5 * 2**0.2, rtol=1e-6)
+    np.testing.assert_allclose(both, c * ((2 * e + big_a) ** 0.2 - big_a**0.2), rtol=1e-5)
+    assert (both > a).all() and (both < 2 * a).all()
     assert Moore2016Extractor.compute_energy(np.zeros((3, 3))) > 0
-    np.testing.assert_allclose(Glasberg2002Extractor.scale(a, 32.0), 1.0, rtol=1e-6)
+    c = Glasberg2002Extractor.mix_c
+    e = (0.5 / c + big_a**0.2) ** 5 - big_a
+    np.testing.assert_allclose(
+        Glasberg2002Extractor.scale(a, 32.0), c * ((32 * e + big_a) ** 0.2 - big_a**0.2), rtol=1e-5
+    )
     assert Glasberg2002Extractor.padding_value == 0.0
 
 

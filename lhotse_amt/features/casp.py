@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from lhotse.features.base import register_extractor
+from lhotse.utils import LOG_EPSILON
 from torch import Tensor
 
 from .._validation import (
@@ -61,32 +62,77 @@ __all__ = [
 
 _MINLVL = 1e-5  # 0 dB SPL on the AMT 100-dB scale
 _C = _MINLVL ** (1.0 / 32.0)
+#: Lhotse's feature padding values: ``FeatureMixer``'s ``padding_value`` and ``LOG_EPSILON``
+#: (``PaddingCut``'s default ``feat_value``); read as silence by the mixing hooks
+_LHOTSE_PADDING = (-1000.0, LOG_EPSILON)
+
+
+def _without_padding(features: np.ndarray) -> np.ndarray:
+    """``features`` as float64 with Lhotse's padding values (-1000 and -23.03, within 1e-5 so
+    that the float32 and float64 forms both match) replaced by 0 (silence)."""
+    f = np.array(features, dtype=np.float64)
+    pad = np.zeros(f.shape, dtype=bool)
+    for v in _LHOTSE_PADDING:
+        pad |= np.abs(f - v) <= 1e-5
+    f[pad] = 0.0
+    return f
+
+
+#: model units up to which the mixing hooks read a value as a steady-state level
+MIX_KNEE_MU = 30.0
+_KNEE_BASE = MIX_KNEE_MU * (1.0 - _C) / 100.0 + _C
+_KNEE_INTENSITY = _KNEE_BASE**64 - _MINLVL**2
+_KNEE_SLOPE = 64.0 * _KNEE_BASE**63 * (1.0 - _C) / 100.0  # d intensity / d MU at the knee
 
 
 def mu_to_intensity(mu: np.ndarray) -> np.ndarray:
-    """Steady-state inverse of the adaptation loops: model units -> intensity above the
-    minimum level, ``a^2 - minlvl^2`` (``a`` on the 100-dB amplitude scale).
+    """Model units -> signed intensity-like quantity of the feature-domain mixing hooks.
 
-    Values <= 0 (silence, the undershoot after offsets, and Lhotse's -1000 / -23.03
-    padding) map to 0, so padding and silence add nothing to a mix.
+    Up to :data:`MIX_KNEE_MU` (30 MU) in magnitude, the steady-state inverse of the
+    adaptation loops: ``a^2 - minlvl^2`` with ``a = (|MU| (1 - c) / 100 + c)^32`` the
+    amplitude on the 100-dB scale that gives ``|MU|`` in steady state (``c = minlvl^(1/32)``,
+    ``minlvl = 1e-5``; Dau et al. 1996, JASA 99, 3615). Above the knee it continues linearly
+    with the slope it has there: larger values are onsets (overshoot) and modulation-band
+    excursions, not steady levels, and read as levels (the power 64) a 300-MU onset of a
+    65-dB noise would be a 170-dB intensity that no SNR gain could make negligible.
+
+    The mapping is odd: values below 0 MU (the undershoot after offsets, modulation bands
+    below their mean) map to negative values of the same size, so adding a small intensity
+    changes every value a little (see :class:`_MUMixing`). Lhotse's padding values (-1000,
+    -23.03) map to 0 (silence).
     """
-    m = np.maximum(np.asarray(mu, dtype=np.float64), 0.0)
-    return (m * ((1.0 - _C) / 100.0) + _C) ** 64 - _MINLVL**2
+    m = _without_padding(mu)
+    a = np.abs(m)
+    low = (np.minimum(a, MIX_KNEE_MU) * ((1.0 - _C) / 100.0) + _C) ** 64 - _MINLVL**2
+    mag = np.where(a <= MIX_KNEE_MU, low, _KNEE_INTENSITY + (a - MIX_KNEE_MU) * _KNEE_SLOPE)
+    return np.copysign(np.where(a == 0.0, 0.0, mag), m)  # silence exactly 0
 
 
 def intensity_to_mu(intensity: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`mu_to_intensity`."""
-    i = np.maximum(np.asarray(intensity, dtype=np.float64), 0.0) + _MINLVL**2
-    return (i ** (1.0 / 64.0) - _C) * (100.0 / (1.0 - _C))
+    """Inverse of :func:`mu_to_intensity` (odd: negative values give negative MU)."""
+    i = np.asarray(intensity, dtype=np.float64)
+    a = np.abs(i)
+    low = ((np.minimum(a, _KNEE_INTENSITY) + _MINLVL**2) ** (1.0 / 64.0) - _C) * (
+        100.0 / (1.0 - _C)
+    )
+    mag = np.where(a <= _KNEE_INTENSITY, low, MIX_KNEE_MU + (a - _KNEE_INTENSITY) / _KNEE_SLOPE)
+    return np.copysign(np.where(a == 0.0, 0.0, np.maximum(mag, 0.0)), i)  # silence exactly 0
 
 
 class _MUMixing:
-    """Feature-domain mixing hooks for model-unit features (see the module docstring)."""
+    """Feature-domain mixing hooks for model-unit features (see the module docstring).
+
+    Each value is mapped to a signed intensity by :func:`mu_to_intensity`, the intensities
+    are added with Lhotse's energy factor, and the sum is mapped back. The mapping is odd
+    and invertible, so ``mix(a, b, g)`` tends to ``a`` as ``g`` tends to 0 for every value,
+    negative ones included (``scale(a, 1) == a`` to rounding).
+    """
 
     @staticmethod
     def compute_energy(features: np.ndarray) -> float:
-        # Lhotse requires a positive energy: silence gets the minimum level's intensity
-        return float(np.mean(mu_to_intensity(features))) + _MINLVL**2
+        # mean intensity magnitude; Lhotse requires a positive energy (silence: the minimum
+        # level's intensity)
+        return float(np.mean(np.abs(mu_to_intensity(features)))) + _MINLVL**2
 
     @staticmethod
     def mix(
@@ -523,33 +569,55 @@ class Osses2021Extractor(_CASPExtractor):
         return out
 
 
-#: compression exponent assumed by the King2019 feature-domain mixing hooks
+#: compression exponent and knee amplitude (30 dB SPL on the 100-dB scale) assumed by the
+#: King2019 feature-domain mixing hooks (the default config's broken-stick compression)
 _KING_N = 0.3
+_KING_KNEE = 10.0 ** ((30.0 - 100.0) / 20.0)
+
+
+def _king_to_intensity(features: np.ndarray) -> np.ndarray:
+    # inverse of the broken-stick compression (linear below the knee, power n above), squared,
+    # sign kept (band-pass values are signed); Lhotse's padding values are silence
+    f = _without_padding(features)
+    a = np.abs(f)
+    amp = np.where(
+        a <= _KING_KNEE, a, _KING_KNEE * (np.maximum(a, _KING_KNEE) / _KING_KNEE) ** (1.0 / _KING_N)
+    )
+    return np.copysign(amp * amp, f)
+
+
+def _king_from_intensity(intensity: np.ndarray) -> np.ndarray:
+    amp = np.sqrt(np.abs(intensity))
+    comp = np.where(
+        amp <= _KING_KNEE, amp, _KING_KNEE * (np.maximum(amp, _KING_KNEE) / _KING_KNEE) ** _KING_N
+    )
+    return np.copysign(comp, intensity).astype(np.float32)
 
 
 class _KingMixing:
     """Feature-domain mixing hooks of ``amt-king2019`` (approximations; see
     :class:`King2019Extractor`). Lhotse calls them on a default-config extractor, so they
-    treat every column alike."""
+    treat every column alike: each value is expanded by the inverse of the default
+    broken-stick compression (linear below the 30-dB knee, power 1 / 0.3 above) and squared
+    with its sign kept; these intensities are added with Lhotse's energy factor and mapped
+    back. ``compute_energy`` is their mean magnitude (proportional to the sound's power for
+    a stationary sound), so Lhotse's SNR gains act on the sound's power."""
 
     @staticmethod
     def compute_energy(features: np.ndarray) -> float:
-        f = np.where(np.asarray(features) <= -20.0, 0.0, features)  # Lhotse padding
-        return float(np.mean(np.square(f, dtype=np.float64)))
+        return float(np.mean(np.abs(_king_to_intensity(features)))) + _KING_KNEE**2 * 1e-6
 
     @staticmethod
     def mix(
         features_a: np.ndarray, features_b: np.ndarray, energy_scaling_factor_b: float
     ) -> np.ndarray:
-        a = np.where(np.asarray(features_a) <= -20.0, 0.0, features_a)
-        b = np.where(np.asarray(features_b) <= -20.0, 0.0, features_b)
-        g = float(energy_scaling_factor_b) ** (_KING_N / 2.0)
-        return (a + g * b).astype(np.float32)
+        ia = _king_to_intensity(features_a)
+        ib = _king_to_intensity(features_b)
+        return _king_from_intensity(ia + float(energy_scaling_factor_b) * ib)
 
     @staticmethod
     def scale(features: np.ndarray, energy_scaling_factor: float) -> np.ndarray:
-        f = np.where(np.asarray(features) <= -20.0, 0.0, features)
-        return (f * float(energy_scaling_factor) ** (_KING_N / 2.0)).astype(np.float32)
+        return _king_from_intensity(float(energy_scaling_factor) * _king_to_intensity(features))
 
 
 @dataclass
@@ -643,13 +711,13 @@ class King2019Extractor(_KingMixing, _FusedCPU, AuditoryExtractor):
     **Units, padding.** Compressed-amplitude units of the AMT level scale; silence is 0
     (the 3-Hz high-pass removes DC), so pad stored features with 0.0.
 
-    **Mixing hooks** (approximate: the model compresses and rectifies). An energy factor
-    ``g`` on the sound scales amplitudes by ``sqrt(g)`` and, above the knee, compressed
-    values by ``g^(n/2)`` (``n = 0.3``): ``scale`` multiplies by ``g^0.15``; ``mix`` adds
-    ``a + g^0.15 b`` (band-pass outputs add linearly; envelopes of uncorrelated sources
-    add less than that); ``compute_energy`` is the mean square. Lhotse padding values
-    (<= -20) are read as silence. Mixing the audio (``mix_eagerly`` / on-the-fly
-    features) is exact.
+    **Mixing hooks** (approximate: the model compresses and rectifies). Each value is
+    expanded by the inverse of the default broken-stick compression (linear below the
+    30-dB knee, power ``1 / n`` above, ``n = 0.3``) and squared with its sign kept; ``mix``
+    adds these intensities with Lhotse's energy factor and compresses back, ``scale``
+    multiplies them, ``compute_energy`` is their mean magnitude. ``mix(a, b, g)`` tends to
+    ``a`` as ``g`` tends to 0. Lhotse's padding values (-1000, -23.03) are read as silence.
+    Mixing the audio (``mix_eagerly`` / on-the-fly features) is exact.
     """
 
     name = "amt-king2019"

@@ -43,11 +43,14 @@ bounded by the block, and the result equals one-shot processing up to float roun
 exactly two channels (left, right); with ``diotic=True`` it also accepts mono audio and presents
 it to both ears.
 
-**Padding and mixing.** Silence is 0 sone, so pad stored features with ``0.0``. The
-feature-domain mixing hooks are an approximation (the models are nonlinear): each value is
-mapped to an intensity-like quantity ``v^(1/0.2)`` (specific loudness grows roughly as the
-excitation to the power 0.2 at moderate levels), values are added with Lhotse's energy factor,
-and the power 0.2 is re-applied. Values <= 0, including Lhotse's padding sentinels (-1000,
+**Padding and mixing.** Silence is 0 sone, so pad stored features with ``0.0``
+(:func:`lhotse_amt.pad_cut` does). The feature-domain mixing hooks are an approximation (the
+models are nonlinear): each value ``N'`` is mapped back to an excitation by inverting the
+mid-level specific-loudness law ``N' = C [(E + A)^alpha - A^alpha]`` (Moore, Glasberg & Baer
+1997, Eq. 3) with the constants of the channels above 500 Hz (``A = 4.72``, ``alpha = 0.2``;
+``C`` of the model), excitations are added with Lhotse's energy factor and mapped forward
+again. Near threshold ``N'`` grows about linearly with ``E``, so a quiet added sound adds
+little loudness, as in the model. Values <= 0, including Lhotse's padding sentinels (-1000,
 -23.03), count as silence. Extracting from the mixed audio is exact.
 """
 
@@ -80,38 +83,47 @@ _PA_PER_UNIT = L.P0 * 10.0 ** (100.0 / 20.0)
 #: input context (samples at 32 kHz) on each side of a model frame centre
 _CONTEXT = 3072
 _CTX_FRAMES = _CONTEXT // L.HOP
-_MIX_EXPONENT = 0.2
+#: the mid-level specific-loudness law the mixing hooks invert: A and alpha of the channels
+#: above 500 Hz (Moore, Glasberg & Baer 1997)
+_MIX_A = 4.72096
+_MIX_ALPHA = 0.2
 
 
 class _LoudnessMixing:
-    """Feature-domain mixing hooks (see the module docstring)."""
+    """Feature-domain mixing hooks (see the module docstring); ``mix_c`` is the model's
+    constant ``C`` (sone/Cam per unit of the law)."""
 
-    @staticmethod
-    def _to_energy(features: np.ndarray) -> np.ndarray:
+    mix_c: ClassVar[float] = 0.046871
+
+    @classmethod
+    def _to_energy(cls, features: np.ndarray) -> np.ndarray:
         v = np.maximum(np.asarray(features, dtype=np.float64), 0.0)
-        return v ** (1.0 / _MIX_EXPONENT)
+        a_alpha = _MIX_A**_MIX_ALPHA
+        e = (v / cls.mix_c + a_alpha) ** (1.0 / _MIX_ALPHA) - _MIX_A
+        return np.where(v > 0.0, np.maximum(e, 0.0), 0.0)  # silence exactly 0
 
-    @staticmethod
-    def _from_energy(energy: np.ndarray) -> np.ndarray:
-        return (np.maximum(energy, 0.0) ** _MIX_EXPONENT).astype(np.float32)
+    @classmethod
+    def _from_energy(cls, energy: np.ndarray) -> np.ndarray:
+        e = np.maximum(energy, 0.0)
+        n = cls.mix_c * ((e + _MIX_A) ** _MIX_ALPHA - _MIX_A**_MIX_ALPHA)
+        return np.maximum(n, 0.0).astype(np.float32)
 
-    @staticmethod
-    def compute_energy(features: np.ndarray) -> float:
+    @classmethod
+    def compute_energy(cls, features: np.ndarray) -> float:
         # Lhotse needs a positive value; silence gets a tiny floor
-        return float(np.mean(_LoudnessMixing._to_energy(features))) + 1e-20
+        return float(np.mean(cls._to_energy(features))) + 1e-20
 
-    @staticmethod
+    @classmethod
     def mix(
-        features_a: np.ndarray, features_b: np.ndarray, energy_scaling_factor_b: float
+        cls, features_a: np.ndarray, features_b: np.ndarray, energy_scaling_factor_b: float
     ) -> np.ndarray:
-        ea = _LoudnessMixing._to_energy(features_a)
-        eb = _LoudnessMixing._to_energy(features_b)
-        return _LoudnessMixing._from_energy(ea + energy_scaling_factor_b * eb)
+        ea = cls._to_energy(features_a)
+        eb = cls._to_energy(features_b)
+        return cls._from_energy(ea + energy_scaling_factor_b * eb)
 
-    @staticmethod
-    def scale(features: np.ndarray, energy_scaling_factor: float) -> np.ndarray:
-        e = _LoudnessMixing._to_energy(features)
-        return _LoudnessMixing._from_energy(energy_scaling_factor * e)
+    @classmethod
+    def scale(cls, features: np.ndarray, energy_scaling_factor: float) -> np.ndarray:
+        return cls._from_energy(energy_scaling_factor * cls._to_energy(features))
 
 
 @dataclass
@@ -337,6 +349,7 @@ class Moore2016Extractor(_LoudnessExtractor):
     config_type = Moore2016Config
     input_channels = 2
     n_ears = 2
+    mix_c = 0.0631  # C of the Moore et al. (2016) specific-loudness law (mixing hooks)
 
     def __init__(self, config: Moore2016Config | None = None) -> None:
         super().__init__(config or Moore2016Config())
