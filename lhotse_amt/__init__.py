@@ -47,6 +47,13 @@ from .models.moore2016 import Moore2016
 from .models.osses2021 import Osses2021
 from .models.paulick2024 import Paulick2024
 from .modules import DRNLFilterbank, IHCPaulick2024
+from .padding import (
+    PrecomputedAuditoryFeatures,
+    collate_features,
+    pad_cut,
+    pad_cuts,
+    pad_value,
+)
 
 __version__ = "0.1.0"
 
@@ -72,6 +79,11 @@ __all__ = [
     "empty_host_cache",
     "host_cache_bytes",
     "host_cache_limit",
+    "PrecomputedAuditoryFeatures",
+    "collate_features",
+    "pad_cut",
+    "pad_cuts",
+    "pad_value",
 ]
 __all__ += [
     "Glasberg2002",
