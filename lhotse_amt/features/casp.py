@@ -10,16 +10,20 @@ Feature layout (:meth:`feature_names` names every column):
 * ``stage="adaptation"``: one column per auditory channel (the adaptation-loop output).
 
 Values are in model units (MU, AMT convention): 0 MU is silence (the adaptation loops'
-minimum level), so **pad stored features with 0.0** (``cut.pad(..., pad_feat_value=0.0)``;
-Lhotse's collators pad with -23.03, mask those frames by length).
+minimum level), so **pad with 0.0**: :func:`lhotse_amt.pad_cut` / :func:`lhotse_amt.pad_cuts`
+and :func:`lhotse_amt.collate_features` do (Lhotse's own ``cut.pad()`` and collation fill
+``LOG_EPSILON`` = -23.03 unless ``pad_feat_value=0.0`` is passed; see
+:mod:`lhotse_amt.padding`).
 
 **Feature-domain mixing** (``mix``/``compute_energy``/``scale``, used by Lhotse for lazy
-``MixedCut`` features) is an approximation: the models are nonlinear. The hooks invert
-the adaptation loops' steady-state mapping ``MU = (a^(1/32) - c) 100 / (1 - c)``
-(``c = 1e-5^(1/32)``, ``a`` the amplitude on the 100-dB scale), add intensities ``a^2``
-with Lhotse's energy factor, and map back. Sentinel and padding values (-1000, -23.03)
-are treated as silence. Extracting from the mixed audio (``mix_eagerly=True``, or
-``OnTheFlyFeatures`` on mixed cuts) is exact; see the README for the measured error.
+``MixedCut`` features) is an approximation: the models are nonlinear. The hooks map each
+value to a signed intensity (:func:`mu_to_intensity`: the adaptation loops' steady-state
+inverse ``a^2`` with ``MU = (a^(1/32) - c) 100 / (1 - c)``, ``c = 1e-5^(1/32)``, up to
+:data:`MIX_KNEE_MU`, linear above it, odd for negative values), add the intensities with
+Lhotse's energy factor, and map back, so a negligible addition leaves the features unchanged.
+Lhotse's padding values (-1000, -23.03) are treated as silence. Extracting from the mixed
+audio (``mix_eagerly=True``, or ``OnTheFlyFeatures`` on mixed cuts) is exact; see the README
+for the measured error.
 """
 
 from __future__ import annotations
