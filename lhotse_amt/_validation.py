@@ -367,6 +367,23 @@ def check_signal(
         )
     if x.numel() == 0 and not allow_empty:
         raise ValueError(f"{label} is an empty batch (shape {tuple(x.shape)})")
-    if finite and not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{label} contains NaN or infinite samples")
+    if finite:
+        if torch.compiler.is_compiling():
+            # traced graphs (torch.compile / torch.export) keep the check as a run-time
+            # assertion instead of a data-dependent branch
+            torch._assert_async(torch.isfinite(x).all(), f"{label} contains NaN or inf samples")
+        elif not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{label} contains NaN or infinite samples")
     return x
+
+
+def require(condition: torch.Tensor, message: str) -> None:
+    """Raise ``ValueError(message)`` unless the boolean tensor ``condition`` holds.
+
+    While ``torch.compile``/``torch.export`` trace the caller the check becomes a
+    run-time assertion in the graph (a data-dependent ``if`` would break the graph).
+    """
+    if torch.compiler.is_compiling():
+        torch._assert_async(condition, message)
+    elif not bool(condition):
+        raise ValueError(message)

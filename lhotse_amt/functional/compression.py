@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._validation import check_level_db, check_number, check_positive_finite, check_signal
+from .._validation import check_level_db, check_number, check_positive_finite, check_signal, require
 
 __all__ = ["knee_amplitude", "broken_stick_compression", "power_compression"]
 
@@ -55,7 +55,9 @@ def _check_exponent(exponent: float | Tensor) -> None:
     if isinstance(exponent, Tensor):
         if not exponent.is_floating_point():
             raise ValueError(f"exponent must be a floating tensor, got dtype {exponent.dtype}")
-        if not bool(torch.isfinite(exponent).all() and (exponent > 0).all()):
-            raise ValueError("exponent must be finite and > 0 everywhere")
+        require(
+            (torch.isfinite(exponent) & (exponent > 0)).all(),
+            "exponent must be finite and > 0 everywhere",
+        )
         return
     check_positive_finite("exponent", exponent)

@@ -305,11 +305,12 @@ def drnl(
         y, new = paulick.drnl(x, lin_gain, lin_sos, nl_gt, nl2_sos, a, b, float(c_t), state)
         return (y, new) if return_state else y
     dtype = torch.promote_types(x.dtype, lin_gain.dtype)
+    fb = "torch" if be == "torch" else "auto"  # the reference, or the operators
     xc = x.to(dtype).unsqueeze(-2)  # (..., 1, T)
     lin_in = xc * lin_gain.to(dtype)[:, None]
-    y_lin, z_lin = sosfilt(lin_in, lin_sos, state.get("lin"), return_state=True, backend="torch")
-    u, z1 = sosfilt(xc, nl_gt, state.get("nl1"), return_state=True, backend="torch")
+    y_lin, z_lin = sosfilt(lin_in, lin_sos, state.get("lin"), return_state=True, backend=fb)
+    u, z1 = sosfilt(xc, nl_gt, state.get("nl1"), return_state=True, backend=fb)
     u = broken_stick(u, a.to(dtype)[:, None], b.to(dtype)[:, None], c_t.to(dtype))
-    u, z2 = sosfilt(u, nl2_sos, state.get("nl2"), return_state=True, backend="torch")
+    u, z2 = sosfilt(u, nl2_sos, state.get("nl2"), return_state=True, backend=fb)
     y = (y_lin + u).to(x.dtype if x.is_floating_point() else dtype)
     return (y, {"lin": z_lin, "nl1": z1, "nl2": z2}) if return_state else y

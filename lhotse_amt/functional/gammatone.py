@@ -15,6 +15,7 @@ import math
 import torch
 from torch import Tensor
 
+from .._validation import require
 from .iir import one_pole_cascade
 
 __all__ = ["gammatone_bandwidth_factor", "gammatone_poles", "gammatone"]
@@ -72,11 +73,10 @@ def gammatone(
         ``(..., C, T)`` (and the final states if ``return_state``).
     """
     nyq = fs / 2.0
-    if bool((fc >= nyq).any()) or bool((fc <= 0).any()):
-        raise ValueError(
-            f"gammatone centre frequencies must lie in (0, fs/2 = {nyq:g} Hz); got "
-            f"{float(fc.min()):.1f} ... {float(fc.max()):.1f} Hz. Lower fhigh or raise fs."
-        )
+    require(
+        ((fc > 0) & (fc < nyq)).all(),
+        f"gammatone centre frequencies must lie in (0, fs/2 = {nyq:g} Hz); lower fhigh or raise fs",
+    )
     pole, gain = gammatone_poles(fc, fs, n, erb_scale)
     return one_pole_cascade(
         x.unsqueeze(-2),

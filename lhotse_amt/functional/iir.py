@@ -70,20 +70,23 @@ def _use_operator(backend: str) -> bool:
 
 
 def resolve_backend(backend: str, *tensors: Tensor | None) -> str:
-    """Choose ``"numba"`` or ``"torch"`` for ``backend="auto"``.
+    """Choose the implementation of a block that also has a fused no-grad CPU kernel.
 
-    The compiled CPU kernels have no autograd, so they are used only when every tensor
-    is on the CPU and no gradient is being recorded for any of them.
+    ``backend="auto"`` gives ``"numba"`` (the fused kernel) for eager CPU inference:
+    every tensor on the CPU, no gradient recorded, not traced by ``torch.compile`` /
+    ``torch.export``; otherwise ``"auto"``, the registered operators (compiled CPU/CUDA
+    kernels with compiled backward). ``"torch"`` (the plain-torch reference) and
+    ``"numba"`` are returned as given.
     """
     if backend not in ("auto", "numba", "torch"):
         raise ValueError(f"Unknown backend {backend!r}; expected 'auto', 'numba' or 'torch'.")
     if backend != "auto":
         return backend
     ts = [t for t in tensors if t is not None]
-    if any(t.device.type != "cpu" for t in ts):
-        return "torch"
+    if torch.compiler.is_compiling() or any(t.device.type != "cpu" for t in ts):
+        return "auto"
     if grad_recorded(*ts):
-        return "torch"
+        return "auto"
     return "numba"
 
 

@@ -351,23 +351,28 @@ def _phase_insensitivity_cpu_(x: Tensor, bands: list[int]) -> None:
 
 
 def phase_insensitivity(
-    x: Tensor, mfc: Tensor | np.ndarray, cutoff: float = 10.0, *, inplace: bool = False
+    x: Tensor,
+    mfc: Tensor | np.ndarray | tuple[float, ...],
+    cutoff: float = 10.0,
+    *,
+    inplace: bool = False,
+    bands: tuple[int, ...] | None = None,
 ) -> Tensor:
     """Phase-insensitive output of ``x (..., M, T)`` (band ``m`` at ``mfc[m]`` Hz): the
     rms-matched Hilbert envelope for ``mfc > cutoff``, ``x`` otherwise. Non-causal.
 
     ``inplace=True`` (no autograd) overwrites the selected bands of ``x`` and returns it;
     the envelopes are then computed a few rows at a time, so the temporary FFT buffers
-    stay small (tens of MB) whatever the size of ``x``."""
+    stay small (tens of MB) whatever the size of ``x``. ``bands`` (the indices with
+    ``mfc > cutoff``, precomputed) skips the selection, for traced callers."""
     check_signal(x, min_samples=1, min_dim=2, max_dim=None, name="x (..., M, T)")
     check_number("cutoff", cutoff, min=0.0)
     check_bool("inplace", inplace)
-    if len(np.atleast_1d(np.asarray(mfc))) != x.shape[-2]:
-        raise ValueError(
-            f"mfc has {len(np.atleast_1d(np.asarray(mfc)))} entries but x has {x.shape[-2]} "
-            "bands on axis -2"
-        )
-    sel = phase_insensitive_bands(mfc, cutoff)
+    if not isinstance(mfc, (list, tuple)):
+        mfc = tuple(float(v) for v in np.atleast_1d(np.asarray(mfc, dtype=np.float64)))
+    if len(mfc) != x.shape[-2]:
+        raise ValueError(f"mfc has {len(mfc)} entries but x has {x.shape[-2]} bands on axis -2")
+    sel = list(bands) if bands is not None else [m for m, f in enumerate(mfc) if f > cutoff]
     if not sel:
         return x
     if inplace:

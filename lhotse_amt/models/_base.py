@@ -16,6 +16,18 @@ from ..functional.iir import grad_recorded
 __all__ = ["StreamingModel", "merge_preset"]
 
 
+def refuse_jit_trace(name: str) -> None:
+    """``torch.jit.trace`` records tensor operations only: the compiled kernels behind
+    the models' operators and their Python-side branches would be recorded wrongly, so
+    tracing is refused with a pointer to the tools that handle them."""
+    if torch.jit.is_tracing():
+        raise RuntimeError(
+            f"{name} cannot be traced with torch.jit.trace (its recursions are custom "
+            "operators with compiled kernels); use torch.compile(model) or "
+            "torch.export.export(model, (x,)) instead"
+        )
+
+
 def merge_preset(preset_kwargs: dict | None, user_kwargs: dict | None) -> dict:
     """Preset values overridden by explicitly given keyword arguments."""
     out = dict(preset_kwargs or {})
@@ -41,6 +53,7 @@ class StreamingModel(nn.Module):
     _init_kwargs: dict[str, Any]
 
     def _prepare(self, x: Tensor, min_samples: int = 1) -> tuple[Tensor, bool]:
+        refuse_jit_trace(type(self).__name__)
         """Check ``forward``'s input (``(T,)`` or ``(B, T)``, real floating point, finite;
         integer PCM is an error) and move it to the model's device and dtype; returns the
         ``(B, T)`` tensor and whether the batch axis was added."""
@@ -59,6 +72,28 @@ class StreamingModel(nn.Module):
     def _needs_grad(self, x: Tensor) -> bool:
         """Whether autograd records this call (input or a parameter requires grad)."""
         return grad_recorded(x, *self.parameters())
+
+    def _band_counts(self) -> tuple[int, ...]:
+        """Modulation bands per channel as Python ints (read once from the design's
+        buffer: constants, so traced graphs do not depend on tensor data)."""
+        counts = self.__dict__.get("_band_counts_cache")
+        if counts is None:
+            counts = tuple(int(n) for n in self.modulation.n_bands)  # type: ignore[attr-defined]
+            self.__dict__["_band_counts_cache"] = counts
+        return counts
+
+    def _fused_inference(self, x: Tensor) -> bool:
+        """Whether the fused no-grad CPU chain runs this call (the one place that decides
+        it): eager CPU inference without ``return_stages``. Under autograd, on CUDA and
+        while ``torch.compile``/``torch.export`` trace the model, the stages run as the
+        registered operators (:mod:`lhotse_amt.ops`), which have compiled backward
+        kernels and fake implementations."""
+        return (
+            not self.return_stages
+            and x.device.type == "cpu"
+            and not torch.compiler.is_compiling()
+            and not self._needs_grad(x)
+        )
 
     @staticmethod
     def _itemwise(x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:

@@ -146,6 +146,7 @@ class Dau1997(StreamingModel):
             **merge_preset(p.get("modulation"), modulation_kwargs),
             **common,
         )
+        self._band_counts()  # constants of the design, for traced calls
 
     @property
     def fc(self) -> Tensor:
@@ -184,7 +185,7 @@ class Dau1997(StreamingModel):
 
     def forward(self, x: Tensor) -> list[Tensor] | tuple[list[Tensor], dict[str, Tensor]]:
         xb, squeeze = self._prepare(x)
-        if not self.return_stages and not self._needs_grad(xb):
+        if self._fused_inference(xb):
             # inference: item by item into one output (peak memory: output + one item)
             fused = self._casp_fused(xb, lambda v: v)
             if fused is not None:
@@ -204,7 +205,7 @@ class Dau1997(StreamingModel):
         # scatter into a zero tensor of the whole output)
         chans = [
             band[..., : int(n), :]
-            for band, n in zip(mod.unbind(-3), self.modulation.n_bands, strict=True)
+            for band, n in zip(mod.unbind(-3), self._band_counts(), strict=True)
         ]
         if self.return_stages:
             return chans, {k: out[k] for k in ("filterbank", "ihc", "adaptation")}

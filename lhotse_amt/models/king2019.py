@@ -224,6 +224,8 @@ class King2019(StreamingModel):
         ).items():
             mk.setdefault(k, v)
         self.modulation_filterbank = King2019ModulationFilterbank(fs, **mk, **common)
+        # the bands of the phase insensitivity (constants of the design, for traced calls)
+        self.__dict__["_pi_sel"] = tuple(self._pi_bands())
 
     @property
     def fc(self) -> Tensor:
@@ -269,7 +271,16 @@ class King2019(StreamingModel):
         return out, new
 
     def _mfc_np(self) -> np.ndarray:
-        return self.mfc.detach().cpu().double().numpy()
+        """The modulation centre frequencies as numbers (they select the bands of the
+        phase insensitivity). Read from the buffer in eager mode; while traced by
+        ``torch.compile``/``torch.export`` the values of the last eager read (or of the
+        design) are used, since they are constants of the configuration."""
+        cache = self.__dict__.get("_mfc_values")
+        if torch.compiler.is_compiling() and cache is not None:
+            return cache
+        values = self.mfc.detach().cpu().double().numpy().copy()
+        self.__dict__["_mfc_values"] = values
+        return values
 
     def _stages_modulation(self, x: Tensor) -> Tensor:
         """Modulation filterbank output ``(B, F, M, T)`` of ``x (B, T)`` by the stages."""
@@ -306,7 +317,7 @@ class King2019(StreamingModel):
 
     def forward(self, x: Tensor) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         xb, squeeze = self._prepare(x)
-        if not self.return_stages and not self._needs_grad(xb):
+        if self._fused_inference(xb):
             # inference: on the CPU the fused kernel writes the band outputs straight into
             # the output, else item by item into one output tensor (peak memory: the
             # output plus one item's stages); the phase insensitivity runs in place
@@ -320,7 +331,9 @@ class King2019(StreamingModel):
             out, _ = self._stages(xb, None, None)
             y = out["modulation"]  # (B, F, M, T)
             if self.phase_insensitive:
-                y = phase_insensitivity(y, self._mfc_np(), self.pi_cutoff)
+                y = phase_insensitivity(
+                    y, self._mfc_np(), self.pi_cutoff, bands=self.__dict__["_pi_sel"]
+                )
         if self.subfs is not None and self.subfs != self.fs:
             up, down = rational_factors(self.fs, self.subfs)
             y = resample_poly(y, up, down)

@@ -195,6 +195,7 @@ class Osses2021(StreamingModel):
         self.modulation = ModulationFilterbank(
             fs, self.filterbank.fc.detach(), **cfg["modulation"], **common
         )
+        self._band_counts()  # constants of the design, for traced calls
 
     @property
     def fc(self) -> Tensor:
@@ -266,7 +267,7 @@ class Osses2021(StreamingModel):
 
     def forward(self, x: Tensor) -> list[Tensor] | tuple[list[Tensor], dict[str, Tensor]]:
         xb, squeeze = self._prepare(x)
-        if not self.return_stages and not self._needs_grad(xb):
+        if self._fused_inference(xb):
             # inference: item by item into one output (peak memory: output + one item);
             # on the CPU the fused kernel after the ear filters
             fused = self._casp_fused(xb, lambda v: self.run(v, upto="middleear")["middleear"])
@@ -282,7 +283,7 @@ class Osses2021(StreamingModel):
         # scatter into a zero tensor of the whole output)
         chans = [
             band[..., : int(n), :]
-            for band, n in zip(mod.unbind(-3), self.modulation.n_bands, strict=True)
+            for band, n in zip(mod.unbind(-3), self._band_counts(), strict=True)
         ]
         if self.return_stages:
             return chans, {k: out[k] for k in self.stage_names[:-1]}

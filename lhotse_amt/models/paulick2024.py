@@ -329,7 +329,9 @@ class Paulick2024(StreamingModel):
             self.fs_resampled, self.drnl.fc.detach(), **mk, **common
         )
 
-    # ------------------------------------------------------------------ properties
+        # ------------------------------------------------------------------ properties
+        self._band_counts()  # constants of the design, for traced calls
+
     @property
     def fc(self) -> Tensor:
         """Characteristic frequencies of the DRNL channels (Hz), ``(C,)``."""
@@ -347,8 +349,9 @@ class Paulick2024(StreamingModel):
     # ------------------------------------------------------------------ processing
     def _fused_ok(self, x: Tensor) -> bool:
         """The compiled DRNL -> IHC -> adaptation pass applies (CPU inference)."""
-        ts = [x, *self.parameters()]
-        return resolve_backend("auto", *ts) == "numba"
+        return (
+            x.device.type == "cpu" and not torch.compiler.is_compiling() and not self._needs_grad(x)
+        )
 
     def _adapt_constants(self, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, float, float]:
         ad = self.adaptation
@@ -454,7 +457,7 @@ class Paulick2024(StreamingModel):
         # scatter into a zero tensor of the whole output)
         chans = [
             band[..., : int(n), :]
-            for band, n in zip(mod.unbind(-3), self.modulation.n_bands, strict=True)
+            for band, n in zip(mod.unbind(-3), self._band_counts(), strict=True)
         ]
         if self.return_stages:
             keys = ("outerear", "drnl", "ihc", "adaptation", "resampled")

@@ -96,8 +96,9 @@ class EarFIRFilter(nn.Module):
 
     def _spectrum(self, x: Tensor) -> Tensor | None:
         """The taps' overlap-save spectrum in ``x``'s dtype and device, computed once per
-        taps version (``None`` for learnable taps: computed in the graph each call)."""
-        if self.h.requires_grad and torch.is_grad_enabled():
+        taps version (``None`` for learnable taps and while traced by ``torch.compile``:
+        computed in the graph each call)."""
+        if (self.h.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling():
             return None
         version = -1 if self.h.is_inference() else self.h._version
         key = (x.dtype, x.device, self.h.data_ptr(), version)
