@@ -488,7 +488,8 @@ class AuditoryExtractor(FeatureExtractor):
         # would open a parallel region per pass, see _serial)
         batch_np = np.zeros((len(prepared), C, T), dtype=torch.empty(0, dtype=dtype).numpy().dtype)
         for b, ((t, gain), n) in enumerate(zip(prepared, lengths)):
-            np.multiply(t[..., :n].numpy(), gain, out=batch_np[b, :, :n], casting="unsafe")
+            with np.errstate(over="ignore"):  # an overflow is reported by _check_scaled
+                np.multiply(t[..., :n].numpy(), gain, out=batch_np[b, :, :n], casting="unsafe")
             self._check_scaled(torch.from_numpy(batch_np[b, :, :n]), gain)
         batch = torch.from_numpy(batch_np)
         del prepared
