@@ -3,8 +3,9 @@ against the numba kernels (:mod:`lhotse_amt.kernels.autodiff`): forward outputs,
 states, checkpoints and every backward output, float64 and float32.
 
 On the CPU the kernels run in Triton's interpreter (``TRITON_INTERPRET=1``, in a
-subprocess so that the setting stays local); signals of 1100 samples span three blocks of
-the backward's recomputation (the last one partial), the row maps broadcast input and
+subprocess so that the setting stays local); signals of 1100 (float64) and 530 (float32)
+samples span three and two blocks of the backward's recomputation (the last one partial:
+the interpreter is slow), the row maps broadcast input and
 coefficient rows, and 5 rows with 4 rows per program exercise the masked last program.
 """
 
@@ -23,7 +24,6 @@ from lhotse_amt.kernels import autodiff as cpu
 from lhotse_amt.kernels import triton_autodiff as tri
 
 torch.manual_seed(0)
-T = 1100
 xrow = torch.tensor([0, 0, 1, 1, 2])
 crow = torch.tensor([0, 1, 1, 2, 0])
 R = 5
@@ -49,7 +49,8 @@ def same(names, got, ref, dt):
 """
 
 _SOS = """
-for S, dt, wx, wc in ((2, torch.float64, True, True), (1, torch.float32, False, True)):
+CASES = ((2, torch.float64, True, True, 1100), (1, torch.float32, False, True, 530))
+for S, dt, wx, wc, T in CASES:
     x = torch.randn(3, T, dtype=dt)
     base = torch.tensor(
         [[0.2, 0.3, 0.1, 1.0, -1.6, 0.7], [0.5, -0.4, 0.2, 1.0, -1.2, 0.5]], dtype=torch.float64
@@ -75,7 +76,8 @@ rad = torch.tensor([0.95, 0.9, 0.99])
 pole = torch.stack([rad * ang.cos(), rad * ang.sin()], -1).double()
 gain = torch.randn(3, 2, dtype=torch.float64)
 mode = torch.tensor([0, 1, 1], dtype=torch.int8)  # Re and |.| rows mixed
-for K, dt, wx, wc in ((4, torch.float64, True, True), (1, torch.float32, True, False)):
+CASES = ((4, torch.float64, True, True, 1100), (1, torch.float32, True, False, 530))
+for K, dt, wx, wc, T in CASES:
     x = torch.randn(3, T, dtype=dt)
     zi = torch.randn(R, K, 2, dtype=torch.float64) * 0.1
     ref = cpu.resonator_forward(x, xrow, pole, gain, mode, crow, zi)
@@ -95,7 +97,7 @@ tau = torch.tensor([0.005, 0.129])
 a = torch.stack([torch.exp(-1 / (16000 * tau * f)) for f in (1.0, 0.7, 1.3)]).double()
 m = torch.tensor([[10.0, 10.0], [5.0, 5.0], [10.0, 3.0]], dtype=torch.float64)
 minlvl = 1e-5
-for lim, dt in ((True, torch.float64), (False, torch.float32)):
+for lim, dt, T in ((True, torch.float64, 1100), (False, torch.float32, 530)):
     x = torch.rand(3, T, dtype=dt) * 0.05
     x[:, 300:] *= 30  # onset: the limiter engages
     x[0, :100] = 0.0  # below minlvl: no input gradient
