@@ -15,9 +15,16 @@ import math
 import torch
 from torch import Tensor
 
+from .ihc_paulick import ihc_paulick_recursion
 from .recursions import adaptation_rows, resonator_rows, sosfilt_rows
 
-__all__ = ["sosfilt", "one_pole_cascade", "adaptation_loops_raw", "row_map"]
+__all__ = [
+    "sosfilt",
+    "one_pole_cascade",
+    "adaptation_loops_raw",
+    "ihc_paulick_recursion",
+    "row_map",
+]
 
 
 def row_map(shape: tuple[int, ...] | torch.Size, lead: torch.Size, device: torch.device) -> Tensor:
