@@ -57,9 +57,13 @@ capped at ``60 s0`` (``d < -940 nm``, where ``G < 1e-45`` S) so that neither ``e
 gradient overflow. Sampling rates at which ``dt (Gmax + Gkf + Gks) / Cm`` reaches 1 (below
 about 5.6 kHz) are rejected.
 
-Three implementations share this semantics: :func:`ihc_paulick_reference` (plain torch,
+Four implementations share this semantics: :func:`ihc_paulick_reference` (plain torch,
 loop over samples: the definition, differentiable with respect to the input and all 13
-constants), the numba kernel and the Triton kernel of :mod:`lhotse_amt.kernels.paulick`.
+constants), the registered operator ``lhotse_amt::ihc_paulick``
+(:func:`lhotse_amt.ops.ihc_paulick_recursion`: compiled CPU/CUDA kernels, float64
+recursion, compiled backward; what :func:`ihc_paulick` runs while autograd records, on
+CUDA and under ``torch.compile`` / ``torch.export``), and the no-grad numba and Triton
+kernels of :mod:`lhotse_amt.kernels.paulick` (eager inference).
 """
 
 from __future__ import annotations
@@ -67,8 +71,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._validation import check_choice, check_positive_finite, check_rate, check_signal
-from .iir import resolve_kernel_backend
+from .._validation import (
+    check_choice,
+    check_positive_finite,
+    check_rate,
+    check_signal,
+    require,
+)
+from .iir import grad_recorded, resolve_backend
 
 __all__ = [
     "IHC_PAULICK_CONSTANTS",
@@ -147,7 +157,17 @@ def ihc_step_constants(p: dict[str, Tensor | float], fs: float, duration: float 
 
 def _check_fs(p: dict, fs: float) -> None:
     check_rate("fs", fs)
-    gmax_step = float((p["Gmet_max"] + p["Gkf"] + p["Gks"]) / (p["Cm"] * fs))
+    gmax_step = (p["Gmet_max"] + p["Gkf"] + p["Gks"]) / (p["Cm"] * fs)
+    if torch.is_tensor(gmax_step):
+        if torch.compiler.is_compiling():
+            # a run-time assertion in traced graphs (no data-dependent branch)
+            require(
+                gmax_step.detach() < 1.0,
+                f"fs={fs:g} Hz is too low for the forward-Euler IHC circuit: dt (Gmax + Gkf "
+                f"+ Gks) / Cm must stay below 1",
+            )
+            return
+        gmax_step = float(gmax_step.detach())
     if not gmax_step < 1.0:
         raise ValueError(
             f"fs={fs:g} Hz is too low for the forward-Euler IHC circuit (dt (Gmax + Gkf + Gks) "
@@ -200,18 +220,21 @@ def ihc_paulick(
         fs: sampling rate (Hz).
         params: the 13 constants (``IHC_PAULICK_CONSTANTS`` keys; tensors may require grad).
         state: ``W (...)`` from a previous call (streaming); ``None`` = resting state.
-        backend: ``"auto"`` (numba on CPU without grad, Triton on CUDA without grad,
-            otherwise the reference), ``"numba"``, ``"triton"`` or ``"torch"``.
+        backend: ``"auto"``: the fused numba kernel for eager CPU inference (no gradient
+            recorded, not traced), the Triton kernel for eager CUDA inference, otherwise
+            the operator ``lhotse_amt::ihc_paulick`` (compiled kernels and backward);
+            ``"numba"`` / ``"triton"`` force those no-grad kernels; ``"reference"``
+            (``"torch"``) the plain-torch loop over samples.
 
     Returns:
         ``(..., T)`` (and the final state ``(...)`` if ``return_state``).
     """
     check_signal(x, min_samples=1, min_dim=1, max_dim=None, name="IHC input x")
     check_positive_finite("precharge_duration", precharge_duration)
-    check_choice("backend", backend, ("auto", "numba", "triton", "torch"))
+    check_choice("backend", backend, ("auto", "numba", "triton", "torch", "reference"))
     p = dict(IHC_PAULICK_CONSTANTS)
     p.update(params or {})
-    _check_fs({k: float(v.detach()) if torch.is_tensor(v) else float(v) for k, v in p.items()}, fs)
+    _check_fs(p, fs)
     dtype = x.dtype if x.is_floating_point() else torch.float32
     p64 = {
         k: v.to(device=x.device, dtype=torch.float64)
@@ -219,29 +242,39 @@ def ihc_paulick(
         else torch.tensor(v, dtype=torch.float64, device=x.device)
         for k, v in p.items()
     }
-    c = {
-        k: v.to(device=x.device, dtype=dtype)
-        for k, v in ihc_step_constants(p64, fs, precharge_duration).items()
-    }
+    c64 = ihc_step_constants(p64, fs, precharge_duration)
     if state is None:
         state = x.new_zeros(x.shape[:-1])
     tensors = [v for v in p.values() if torch.is_tensor(v)]
-    be = resolve_kernel_backend(backend, _triton_available, x, state, *tensors)
-    if be == "torch":
+    be = backend
+    if be == "auto":
+        be = resolve_backend("auto", x, state, *tensors)
+        if (
+            be == "auto"
+            and x.device.type == "cuda"
+            and not torch.compiler.is_compiling()
+            and not grad_recorded(x, state, *tensors)
+            and _triton_available()
+        ):
+            be = "triton"  # eager CUDA inference: the fused no-grad Triton kernel
+    if be == "auto":
+        from ..ops import ihc_paulick_recursion
+
+        y, w = ihc_paulick_recursion(x, c64, state)
+    elif be in ("torch", "reference"):
+        c = {k: v.to(device=x.device, dtype=dtype) for k, v in c64.items()}
         y, w = ihc_paulick_reference(x, c, state)
     else:
-        cf = {k: float(v) for k, v in c.items()}
-        if be == "numba":
-            from ..kernels import paulick
+        from ..kernels import paulick
 
+        cf = {k: float(v.to(dtype)) for k, v in c64.items()}
+        if be == "numba":
             xx = x if x.dim() >= 2 else x.unsqueeze(0)
             ss = state if x.dim() >= 2 else state.unsqueeze(0)
             y, w = paulick.ihc(xx, cf, ss.to(x.dtype))
             if x.dim() < 2:
                 y, w = y[0], w[0]
         else:
-            from ..kernels import paulick
-
             y, w = paulick.ihc_triton(x, cf, state.to(x.dtype))
     return (y, w) if return_state else y
 
