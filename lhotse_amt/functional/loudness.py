@@ -39,6 +39,7 @@ from .._validation import (
     check_number,
     check_rate,
     check_signal,
+    require,
 )
 from .iir import grad_recorded
 
@@ -805,25 +806,59 @@ def specific_loudness(
 # ----------------------------------------------------------------------------------------------
 # AGC temporal integration
 # ----------------------------------------------------------------------------------------------
-def _check_agc_args(x: Tensor, attack: float, release: float, dim: int) -> None:
+def _check_agc_args(
+    x: Tensor,
+    attack: Tensor | float,
+    release: Tensor | float,
+    dim: int,
+    state: Tensor | None = None,
+) -> None:
     check_signal(x, min_samples=1, min_dim=1, max_dim=None, name="x")
-    check_number("attack", attack, min=0.0, max=1.0, min_inclusive=False)
-    check_number("release", release, min=0.0, max=1.0, min_inclusive=False)
     check_int("dim", dim, min=-x.dim(), max=x.dim() - 1)
+    if state is not None and not (torch.is_tensor(state) and state.is_floating_point()):
+        raise TypeError(f"state must be a floating-point tensor or None, got {state!r}")
+    inner = x.shape[: dim % x.dim()] + x.shape[dim % x.dim() + 1 :]
+    for name, v in (("attack", attack), ("release", release), ("state", state)):
+        if not torch.is_tensor(v):
+            if v is not None:
+                check_number(name, v, min=0.0, max=1.0, min_inclusive=False)
+            continue
+        if not v.is_floating_point():
+            raise TypeError(f"{name} must be a number or a floating-point tensor, got {v.dtype}")
+        try:
+            ok = torch.broadcast_shapes(v.shape, inner) == inner
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"{name} of shape {tuple(v.shape)} must broadcast against the input's non-time "
+                f"axes {tuple(inner)} (x {tuple(x.shape)}, dim={dim})"
+            )
+        if name != "state":
+            require(((v > 0.0) & (v <= 1.0)).all(), f"{name} must lie in (0, 1] (every element)")
 
 
-def agc_reference(x: Tensor, attack: float, release: float, dim: int = -1) -> Tensor:
+def agc_reference(
+    x: Tensor,
+    attack: Tensor | float,
+    release: Tensor | float,
+    dim: int = -1,
+    state: Tensor | None = None,
+) -> Tensor:
     """Attack/release one-pole smoother, plain-torch reference (differentiable).
 
     ``S[j] = S[j-1] + a (N[j] - S[j-1])`` with ``a = attack`` if ``N[j] > S[j-1]`` else
-    ``release``, ``S[-1] = 0`` (Glasberg & Moore 2002, Sec. 2.6; Moore et al. 2016, Eqs. 4–5).
-    Loops over time (``dim``); all other axes are processed in parallel.
+    ``release``, ``S[-1] = 0`` (Glasberg & Moore 2002, Sec. 2.6; Moore et al. 2016, Eqs. 4–5)
+    or ``state``. ``attack``, ``release`` (in (0, 1], per frame) and ``state`` may be tensors
+    broadcasting against the shape of ``x`` without ``dim``. Loops over time (``dim``); all
+    other axes are processed in parallel. Computed in the dtype of ``x``.
     """
-    _check_agc_args(x, attack, release, dim)
+    _check_agc_args(x, attack, release, dim, state)
     xt = x.movedim(dim, 0)
-    s = torch.zeros_like(xt[0])
-    att = torch.full_like(s, attack)
-    rel = torch.full_like(s, release)
+    zero = torch.zeros_like(xt[0])
+    s = zero if state is None else zero + state.to(x.dtype)
+    att = attack.to(x.dtype) if torch.is_tensor(attack) else torch.full_like(zero, attack)
+    rel = release.to(x.dtype) if torch.is_tensor(release) else torch.full_like(zero, release)
     out = []
     for v in xt:
         a = torch.where(v > s, att, rel)
@@ -832,29 +867,59 @@ def agc_reference(x: Tensor, attack: float, release: float, dim: int = -1) -> Te
     return torch.stack(out, 0).movedim(0, dim)
 
 
-def agc(x: Tensor, attack: float, release: float, dim: int = -1, backend: str = "auto") -> Tensor:
-    """Attack/release AGC (see :func:`agc_reference`) with an automatic fast path.
+#: ``backend`` values of :func:`agc`
+AGC_BACKENDS = ("auto", "operator", "torch", "reference", "numba", "triton")
 
-    ``backend="auto"`` uses the numba kernel of :mod:`lhotse_amt.kernels.agc` for CPU tensors
-    that do not require grad, the Triton kernel for CUDA tensors without grad when Triton is
-    available, and the torch reference otherwise. ``"torch"``, ``"numba"``, ``"triton"`` force
-    a path.
+
+def agc(
+    x: Tensor,
+    attack: Tensor | float,
+    release: Tensor | float,
+    dim: int = -1,
+    backend: str = "auto",
+    state: Tensor | None = None,
+) -> Tensor:
+    """Attack/release AGC (see :func:`agc_reference`) of ``x`` along ``dim``.
+
+    ``backend="auto"``: eager CPU calls without gradient (number coefficients, no
+    ``state``, not traced by ``torch.compile``/``torch.export``) run the numba kernel of
+    :mod:`lhotse_amt.kernels.agc`; everything else runs the registered operator
+    ``lhotse_amt::agc`` (:func:`lhotse_amt.ops.loudness.agc`: compiled CPU kernel, compiled
+    backward w.r.t. ``x``, ``attack``, ``release`` and ``state``; same values as the numba
+    kernel), except CUDA tensors without a CUDA kernel of the operator, which keep the
+    Triton no-grad kernel (no gradient) or the reference. ``"operator"`` forces the
+    operator, ``"torch"``/``"reference"`` the plain-torch reference, ``"numba"`` and
+    ``"triton"`` the no-grad kernels (number coefficients, no ``state``, no gradient).
     """
-    _check_agc_args(x, attack, release, dim)
-    check_choice("backend", backend, ("auto", "torch", "numba", "triton"))
+    _check_agc_args(x, attack, release, dim, state)
+    check_choice("backend", backend, AGC_BACKENDS)
     from lhotse_amt.kernels import agc as kagc
 
+    plain = state is None and not torch.is_tensor(attack) and not torch.is_tensor(release)
     if backend == "auto":
-        if x.requires_grad and torch.is_grad_enabled():
-            backend = "torch"
-        elif x.device.type == "cpu":
-            backend = "numba"
-        elif x.device.type == "cuda" and kagc.HAS_TRITON:
+        eager_nograd = not torch.compiler.is_compiling() and not grad_recorded(
+            x,
+            *(v for v in (attack, release, state) if torch.is_tensor(v)),
+        )
+        if x.device.type == "cpu":
+            backend = "numba" if plain and eager_nograd else "operator"
+        elif _agc_device_kernel():
+            backend = "operator"
+        elif plain and eager_nograd and x.device.type == "cuda" and kagc.HAS_TRITON:
             backend = "triton"
         else:
             backend = "torch"
-    if backend == "torch":
-        return agc_reference(x, attack, release, dim)
+    if backend in ("torch", "reference"):
+        return agc_reference(x, attack, release, dim, state)
+    if backend == "operator":
+        from lhotse_amt.ops.loudness import agc as agc_op
+
+        return agc_op(x, attack, release, dim, state)
+    if not plain:
+        raise ValueError(
+            f"backend={backend!r} takes number attack/release and no state; use "
+            "backend='operator' or 'torch' for tensor coefficients or a state"
+        )
     if backend == "numba" and x.dim() >= 2 and dim % x.dim() == x.dim() - 2:
         # along frames of (..., F, C): vectorised over channels, no transposes
         y = kagc.agc_numba_cols(x.reshape(-1, *x.shape[-2:]), attack, release)
@@ -864,11 +929,19 @@ def agc(x: Tensor, attack: float, release: float, dim: int = -1, backend: str = 
     rows = xt.reshape(-1, shape[-1])
     if backend == "numba":
         y = kagc.agc_numba(rows, attack, release)
-    elif backend == "triton":
-        y = kagc.agc_triton(rows, attack, release)
     else:
-        raise ValueError(f"unknown backend {backend!r}")
+        y = kagc.agc_triton(rows, attack, release)
     return y.reshape(shape).movedim(-1, dim)
+
+
+@functools.lru_cache(maxsize=1)
+def _agc_device_kernel() -> bool:
+    # whether the operator lhotse_amt::agc has its CUDA (Triton) kernels
+    try:
+        from lhotse_amt.kernels import triton_autodiff
+    except Exception:  # triton missing or broken
+        return False
+    return hasattr(triton_autodiff, "agc_forward") and hasattr(triton_autodiff, "agc_backward")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -259,6 +259,12 @@ class Glasberg2002(nn.Module):
             self._sl = sl
         return self._sl
 
+    @property
+    def _agc_backend(self) -> str:
+        # backend="torch" runs the AGC reference too; otherwise lhotse_amt.functional.loudness.agc
+        # chooses (no-grad numba kernel or the differentiable operator lhotse_amt::agc)
+        return "torch" if self.backend == "torch" else "auto"
+
     def _use_fast(self, x: Tensor) -> bool:
         if self.backend == "torch" or self.lower_slope_level == "channel":
             if self.backend == "fast":
@@ -366,8 +372,8 @@ class Glasberg2002(nn.Module):
             inst = torch.from_numpy(nsp.detach().numpy().sum(-1) * (ears / 4.0))
         else:
             inst = ears * nsp.sum(-1) / 4.0
-        stl = L.agc(inst, self.stl_attack, self.stl_release, dim=-1)
-        ltl = L.agc(stl, self.ltl_attack, self.ltl_release, dim=-1)
+        stl = L.agc(inst, self.stl_attack, self.stl_release, -1, self._agc_backend)
+        ltl = L.agc(stl, self.ltl_attack, self.ltl_release, -1, self._agc_backend)
         out = {
             "inst": inst,
             "stl": stl,
@@ -401,7 +407,7 @@ class Glasberg2002(nn.Module):
         st = self.compute(x)
         spec = st["specific_loudness"]
         if which == "short_term":
-            spec = L.agc(spec, self.stl_attack, self.stl_release, dim=-2)
+            spec = L.agc(spec, self.stl_attack, self.stl_release, -2, self._agc_backend)
         return {"specific_loudness": spec, "stl": st["stl"], "ltl": st["ltl"]}
 
     def forward(self, x: Tensor) -> Any:

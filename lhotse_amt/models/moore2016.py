@@ -285,6 +285,12 @@ class Moore2016(nn.Module):
             self._sl = sl
         return self._sl
 
+    @property
+    def _agc_backend(self) -> str:
+        # backend="torch" runs the AGC reference too; otherwise lhotse_amt.functional.loudness.agc
+        # chooses (no-grad numba kernel or the differentiable operator lhotse_amt::agc)
+        return "torch" if self.backend == "torch" else "auto"
+
     def _use_fast(self, x: Tensor) -> bool:
         if self.backend == "torch":
             return False
@@ -384,13 +390,15 @@ class Moore2016(nn.Module):
         """
         x, squeeze = self._prepare(x)
         inst, exc = self._instantaneous(x)
-        stl_spec = L.agc(inst, self.stl_attack, self.stl_release, dim=-2)
+        stl_spec = L.agc(inst, self.stl_attack, self.stl_release, -2, self._agc_backend)
         sl, sr = L.binaural_inhibition(
             stl_spec[:, 0], stl_spec[:, 1], self.binaural_smooth, self.inhibition_p
         )
         stl_l = sl.sum(-1) / 4.0
         stl_r = sr.sum(-1) / 4.0
-        ltl_lr = L.agc(torch.stack([stl_l, stl_r], 1), self.ltl_attack, self.ltl_release, dim=-1)
+        ltl_lr = L.agc(
+            torch.stack([stl_l, stl_r], 1), self.ltl_attack, self.ltl_release, -1, self._agc_backend
+        )
         ltl_l, ltl_r = ltl_lr[:, 0], ltl_lr[:, 1]
         stl = stl_l + stl_r
         ltl = ltl_l + ltl_r

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from .ihc_paulick import ihc_paulick_recursion
+from .loudness import agc
 from .recursions import adaptation_rows, resonator_rows, sosfilt_rows
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "one_pole_cascade",
     "adaptation_loops_raw",
     "ihc_paulick_recursion",
+    "agc",
     "row_map",
 ]
 

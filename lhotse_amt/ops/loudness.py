@@ -1,0 +1,164 @@
+"""The attack/release AGC of the loudness models as a registered operator ``lhotse_amt::agc``.
+
+Like the recursion operators of :mod:`lhotse_amt.ops.recursions` it has
+
+* a CPU kernel (numba, :mod:`lhotse_amt.kernels.agc_grad`),
+* a CUDA kernel (Triton, ``lhotse_amt.kernels.triton_autodiff.agc_forward`` /
+  ``agc_backward``),
+* a fake implementation (``torch.compile`` and ``torch.export`` trace through it without a
+  graph break),
+* an autograd formula whose backward is the operator ``lhotse_amt::agc_backward``: the
+  adjoint recursion run backwards in time over the saved output (the output *is* the AGC
+  state sequence, so nothing is recomputed; see :mod:`lhotse_amt.kernels.agc_grad`).
+
+The semantics are those of :func:`lhotse_amt.functional.loudness.agc_reference`
+(Glasberg & Moore 2002, Sec. 2.6; Moore et al. 2016, Eqs. 4–5).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..kernels import agc_grad as _cpu
+
+__all__ = ["agc_rows", "agc"]
+
+_LIB = "lhotse_amt"
+
+
+def _gpu():
+    from ..kernels import triton_autodiff
+
+    return triton_autodiff
+
+
+@torch.library.custom_op(f"{_LIB}::agc", mutates_args=(), device_types="cpu")
+def agc_rows(x: Tensor, attack: Tensor, release: Tensor, zi: Tensor) -> Tensor:
+    """Attack/release AGC along axis 1 of ``x (B, T, C)``.
+
+    ``attack``, ``release``: per-column smoothing coefficients ``(B, C)``; ``zi (B, C)``:
+    the state before the first frame; all in the dtype of ``x`` (float32 or float64, the
+    dtype the recursion runs in). Returns ``y (B, T, C)``, the state after every frame.
+    """
+    return _cpu.agc_forward(x, attack, release, zi)
+
+
+@agc_rows.register_kernel("cuda")
+def _(x: Tensor, attack: Tensor, release: Tensor, zi: Tensor) -> Tensor:
+    return _gpu().agc_forward(x, attack, release, zi)
+
+
+@agc_rows.register_fake
+def _(x: Tensor, attack: Tensor, release: Tensor, zi: Tensor) -> Tensor:
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op(f"{_LIB}::agc_backward", mutates_args=(), device_types="cpu")
+def _agc_backward(
+    gy: Tensor,
+    x: Tensor,
+    y: Tensor,
+    attack: Tensor,
+    release: Tensor,
+    zi: Tensor,
+    want_x: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return _cpu.agc_backward(gy, x, y, attack, release, zi, want_x)
+
+
+@_agc_backward.register_kernel("cuda")
+def _(
+    gy: Tensor, x: Tensor, y: Tensor, attack: Tensor, release: Tensor, zi: Tensor, want_x: bool
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return _gpu().agc_backward(gy, x, y, attack, release, zi, want_x)
+
+
+@_agc_backward.register_fake
+def _(
+    gy: Tensor, x: Tensor, y: Tensor, attack: Tensor, release: Tensor, zi: Tensor, want_x: bool
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    B, T, C = x.shape
+    f64 = torch.float64
+    return (
+        x.new_empty((B, T, C) if want_x else (B, 0, C)),
+        attack.new_empty((B, C), dtype=f64),
+        attack.new_empty((B, C), dtype=f64),
+        zi.new_empty((B, C), dtype=f64),
+    )
+
+
+def _agc_setup(ctx: Any, inputs: tuple, output: Tensor) -> None:
+    ctx.save_for_backward(*inputs, output)
+
+
+def _agc_grad(ctx: Any, gy: Tensor) -> tuple[Tensor | None, ...]:
+    x, attack, release, zi, y = ctx.saved_tensors
+    want_x = ctx.needs_input_grad[0]
+    gx, ga, gr, gzi = _agc_backward(gy.contiguous(), x, y, attack, release, zi, want_x)
+    return (
+        gx if want_x else None,
+        ga.to(attack.dtype) if ctx.needs_input_grad[1] else None,
+        gr.to(release.dtype) if ctx.needs_input_grad[2] else None,
+        gzi.to(zi.dtype) if ctx.needs_input_grad[3] else None,
+    )
+
+
+agc_rows.register_autograd(_agc_grad, setup_context=_agc_setup)
+
+
+def _coef(v: Tensor | float, like: Tensor, inner: torch.Size, name: str) -> Tensor:
+    """``v`` (a number or a tensor broadcasting against ``inner``) as a ``(B, C)`` tensor."""
+    if not torch.is_tensor(v):
+        return torch.full((), float(v), dtype=like.dtype, device=like.device)
+    try:
+        shape = torch.broadcast_shapes(v.shape, inner)
+    except RuntimeError:
+        raise ValueError(
+            f"{name}: shape {tuple(v.shape)} does not broadcast against the non-time axes "
+            f"{tuple(inner)} of the input"
+        ) from None
+    if shape != inner:
+        raise ValueError(
+            f"{name}: shape {tuple(v.shape)} would broadcast the input's non-time axes "
+            f"{tuple(inner)} to {tuple(shape)}"
+        )
+    return v.to(like.dtype)
+
+
+def agc(
+    x: Tensor,
+    attack: Tensor | float,
+    release: Tensor | float,
+    dim: int = -1,
+    state: Tensor | None = None,
+) -> Tensor:
+    """Attack/release AGC of ``x`` along ``dim`` (operator ``lhotse_amt::agc``).
+
+    ``S[t] = S[t-1] + a (x[t] - S[t-1])`` with ``a = attack`` if ``x[t] > S[t-1]`` else
+    ``release``; ``S[-1] = state`` (zeros if ``None``).
+
+    Args:
+        x: float32 or float64 ``(..., T, ...)``, time on axis ``dim``.
+        attack, release: numbers or tensors that broadcast against the shape of ``x``
+            without ``dim`` (e.g. ``(C,)`` per channel); differentiable.
+        dim: the time axis.
+        state: ``S[-1]``, broadcasting like ``attack``; differentiable.
+
+    Returns:
+        ``S`` of the shape and dtype of ``x``. No copy of ``x`` is made for any ``dim``
+        (the operator reads ``x`` as ``(prod(shape[:dim]), T, prod(shape[dim + 1:]))``).
+    """
+    dim = dim % x.dim()
+    T = x.shape[dim]
+    inner = x.shape[:dim] + x.shape[dim + 1 :]
+    B, C = math.prod(x.shape[:dim]), math.prod(x.shape[dim + 1 :])
+    coefs = []
+    for name, v in (("attack", attack), ("release", release), ("state", state)):
+        v = 0.0 if v is None else v
+        coefs.append(_coef(v, x, inner, name).expand(inner).reshape(B, C).contiguous())
+    y = agc_rows(x.reshape(B, T, C).contiguous(), *coefs)
+    return y.reshape(x.shape)
