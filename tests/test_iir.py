@@ -144,8 +144,10 @@ def test_auto_backend_choice():
     from lhotse_amt.functional.iir import resolve_backend
 
     x = torch.randn(10)
-    assert resolve_backend("auto", x) == "numba"
-    assert resolve_backend("auto", x.requires_grad_()) == "torch"
+    assert resolve_backend("auto", x) == "numba"  # eager CPU inference: the fused kernel
+    assert resolve_backend("auto", torch.zeros(3, device="meta")) == "auto"  # operators
+    assert resolve_backend("auto", x.requires_grad_()) == "auto"  # autograd: the operators
+    assert resolve_backend("torch", x) == "torch"  # the reference, as asked
     with pytest.raises(ValueError):
         resolve_backend("fast", x)
 

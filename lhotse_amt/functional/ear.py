@@ -41,6 +41,7 @@ from functools import lru_cache
 from importlib import resources
 
 import numpy as np
+import scipy.signal
 import torch
 from torch import Tensor
 
@@ -260,6 +261,20 @@ def fir_filter(
     else:
         state = state.to(dtype=x.dtype, device=x.device).expand(*x.shape[:-1], N - 1)
     xx = torch.cat([state, x], dim=-1)
+    if (
+        xx.device.type == "cpu"
+        and not torch.compiler.is_compiling()
+        and not (torch.is_grad_enabled() and (xx.requires_grad or h.requires_grad))
+    ):
+        # eager CPU inference: scipy's overlap-add FFT convolution on the calling thread
+        # (torch's FFTs and pads open thread pools that oversubscribe a busy machine)
+        xn = xx.detach().numpy()
+        hn = h.detach().numpy().reshape((1,) * (xn.ndim - 1) + (N,))
+        yn = scipy.signal.oaconvolve(xn, hn, mode="full", axes=-1)[..., N - 1 : N - 1 + T]
+        y = torch.from_numpy(np.ascontiguousarray(yn, dtype=xn.dtype))
+        if not return_state:
+            return y
+        return y, xx[..., xx.shape[-1] - (N - 1) :]
     nfft = fir_block_length(N)
     step = nfft - (N - 1)
     if T <= 2 * step:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from .fastmath import denormals_off, exp_nonpos_inline, restore_fp_mode
+from .fastmath import assume_distinct_arrays, denormals_off, exp_nonpos_inline, restore_fp_mode
 
 __all__ = [
     "sos_forward",
@@ -367,39 +367,71 @@ def _res_fwd(x, xrow, pole, gain, mode, crow, zi, y, zf, ck):  # pragma: no cove
         restore_fp_mode(fp)
 
 
-@njit(inline="always", **_OPTS)
-def _res_record(
-    K, t0, n, x, xr, pr, pi, gr, gi, ab, sr, si, ur, ui, kr, ki, fr, fi
-):  # pragma: no cover
-    # block t0 .. t0+n of the lanes: section states before each sample (ur, ui: (K, n, W)),
-    # the last section's output u_K (kr, ki: (n, W)) and the output's derivative factor
-    # (fr + i fi: w / |w| for |.| lanes, 1 for Re lanes); advances sr/si
-    W = _WR
-    vr = np.empty(W)
-    vi = np.empty(W)
+@njit(**_OPTS)
+def _res_record(K, n, xb, pr, pi, gr, gi, ab, sr, si, ur, ui, kr, ki, fr, fi):  # pragma: no cover
+    # n samples of the lanes' input xb (n, W): section states before each sample (ur, ui:
+    # (K, n, W)), the last section's output u_K (kr, ki: (n, W)) and the output's
+    # derivative factor (fr + i fi: w / |w| for |.| lanes, 1 for Re lanes); advances
+    # sr/si. Its own function so that the arrays are marked distinct (lane loops vectorise)
+    assume_distinct_arrays()
+    W = _WR  # a compile-time trip count: the lane loops unroll into vectors
     for i in range(n):
         for k in range(W):
-            vr[k] = np.float64(x[xr[k], t0 + i])
-            vi[k] = 0.0
+            kr[i, k] = xb[i, k]
+            ki[i, k] = 0.0
         for q in range(K):
             for k in range(W):
                 ur[q, i, k] = sr[q, k]
                 ui[q, i, k] = si[q, k]
-                nre = pr[k] * sr[q, k] - pi[k] * si[q, k] + vr[k]
-                nim = pr[k] * si[q, k] + pi[k] * sr[q, k] + vi[k]
+                nre = pr[k] * sr[q, k] - pi[k] * si[q, k] + kr[i, k]
+                nim = pr[k] * si[q, k] + pi[k] * sr[q, k] + ki[i, k]
                 sr[q, k] = nre
                 si[q, k] = nim
-                vr[k] = nre
-                vi[k] = nim
+                kr[i, k] = nre
+                ki[i, k] = nim
         for k in range(W):
-            kr[i, k] = vr[k]
-            ki[i, k] = vi[k]
-            wr = gr[k] * vr[k] - gi[k] * vi[k]
-            wi = gr[k] * vi[k] + gi[k] * vr[k]
+            vr = kr[i, k]
+            vi = ki[i, k]
+            wr = gr[k] * vr - gi[k] * vi
+            wi = gr[k] * vi + gi[k] * vr
             mag = math.sqrt(wr * wr + wi * wi)
             inv = 1.0 / mag if mag > 0.0 else 0.0
             fr[i, k] = wr * inv if ab[k] != 0.0 else 1.0
             fi[i, k] = wi * inv if ab[k] != 0.0 else 0.0
+
+
+@njit(**_OPTS)
+def _res_adjoint(
+    K, n, gb, pr, pi, gr, gi, ur, ui, kr, ki, fr, fi, lr, li, acc, Gr, Gi
+):  # pragma: no cover
+    # the adjoint recursion back over n samples of the lanes: output gradients gb (n, W)
+    # in, input gradients out (in place); carried section adjoints lr/li (K, W);
+    # gradient sums acc (4, W): Re/Im of the pole's, Re/Im of the gain's; scratch Gr/Gi (W,)
+    assume_distinct_arrays()
+    W = _WR
+    for i in range(n - 1, -1, -1):
+        for k in range(W):
+            g = gb[i, k]
+            Gwr = g * fr[i, k]
+            Gwi = g * fi[i, k]
+            # G_g += conj(u_K) G_w ; G_{u_K} = conj(g) G_w
+            acc[2, k] += kr[i, k] * Gwr + ki[i, k] * Gwi
+            acc[3, k] += kr[i, k] * Gwi - ki[i, k] * Gwr
+            Gr[k] = gr[k] * Gwr + gi[k] * Gwi
+            Gi[k] = gr[k] * Gwi - gi[k] * Gwr
+        for q in range(K - 1, -1, -1):
+            for k in range(W):
+                lkr = lr[q, k] + Gr[k]
+                lki = li[q, k] + Gi[k]
+                # G_p += conj(u_q[n-1]) lambda_q ; carried: conj(p) lambda_q
+                acc[0, k] += ur[q, i, k] * lkr + ui[q, i, k] * lki
+                acc[1, k] += ur[q, i, k] * lki - ui[q, i, k] * lkr
+                lr[q, k] = pr[k] * lkr + pi[k] * lki
+                li[q, k] = pr[k] * lki - pi[k] * lkr
+                Gr[k] = lkr
+                Gi[k] = lki
+        for k in range(W):
+            gb[i, k] = Gr[k]
 
 
 @njit(parallel=True, **_OPTS)
@@ -422,17 +454,15 @@ def _res_bwd(
         ki = np.empty((_CKA, W))
         fr = np.empty((_CKA, W))
         fi = np.empty((_CKA, W))
-        # carried adjoints of the section states (initially the final state's gradient)
+        xb = np.empty((_CKA, W))
+        gb = np.empty((_CKA, W))
         lr = np.empty((K, W))
         li = np.empty((K, W))
         for k in range(W):
             for q in range(K):
                 lr[q, k] = gzf[rows[k], q, 0]
                 li[q, k] = gzf[rows[k], q, 1]
-        gpr = np.zeros(W)
-        gpi = np.zeros(W)
-        ggr = np.zeros(W)
-        ggi = np.zeros(W)
+        acc = np.zeros((4, W))
         Gr = np.empty(W)
         Gi = np.empty(W)
         for b in range(nb - 1, -1, -1):
@@ -442,40 +472,24 @@ def _res_bwd(
                 for q in range(K):
                     sr[q, k] = ck[rows[k], b, q, 0]
                     si[q, k] = ck[rows[k], b, q, 1]
-            _res_record(K, t0, n, x, xr, pr, pi, gr, gi, ab, sr, si, ur, ui, kr, ki, fr, fi)
-            for i in range(n - 1, -1, -1):
-                for k in range(W):
-                    g = np.float64(gy[rows[k], t0 + i])
-                    Gwr = g * fr[i, k]
-                    Gwi = g * fi[i, k]
-                    # G_g += conj(u_K) G_w ; G_{u_K} = conj(g) G_w
-                    ggr[k] += kr[i, k] * Gwr + ki[i, k] * Gwi
-                    ggi[k] += kr[i, k] * Gwi - ki[i, k] * Gwr
-                    Gr[k] = gr[k] * Gwr + gi[k] * Gwi
-                    Gi[k] = gr[k] * Gwi - gi[k] * Gwr
-                for q in range(K - 1, -1, -1):
-                    for k in range(W):
-                        lkr = lr[q, k] + Gr[k]
-                        lki = li[q, k] + Gi[k]
-                        # G_p += conj(u_q[n-1]) lambda_q ; carried: conj(p) lambda_q
-                        gpr[k] += ur[q, i, k] * lkr + ui[q, i, k] * lki
-                        gpi[k] += ur[q, i, k] * lki - ui[q, i, k] * lkr
-                        lr[q, k] = pr[k] * lkr + pi[k] * lki
-                        li[q, k] = pr[k] * lki - pi[k] * lkr
-                        Gr[k] = lkr
-                        Gi[k] = lki
-                if want_x:
-                    for k in range(nr):
-                        gx[r0 + k, t0 + i] = Gr[k]
+                for i in range(n):
+                    xb[i, k] = x[xr[k], t0 + i]
+                    gb[i, k] = gy[rows[k], t0 + i]
+            _res_record(K, n, xb, pr, pi, gr, gi, ab, sr, si, ur, ui, kr, ki, fr, fi)
+            _res_adjoint(K, n, gb, pr, pi, gr, gi, ur, ui, kr, ki, fr, fi, lr, li, acc, Gr, Gi)
+            if want_x:
+                for k in range(nr):
+                    for i in range(n):
+                        gx[r0 + k, t0 + i] = gb[i, k]
         for k in range(nr):
             for q in range(K):
                 gzi[r0 + k, q, 0] = lr[q, k]
                 gzi[r0 + k, q, 1] = li[q, k]
             if want_c:
-                gpole[r0 + k, 0] = gpr[k]
-                gpole[r0 + k, 1] = gpi[k]
-                ggain[r0 + k, 0] = ggr[k]
-                ggain[r0 + k, 1] = ggi[k]
+                gpole[r0 + k, 0] = acc[0, k]
+                gpole[r0 + k, 1] = acc[1, k]
+                ggain[r0 + k, 0] = acc[2, k]
+                ggain[r0 + k, 1] = acc[3, k]
         restore_fp_mode(fp)
 
 
