@@ -220,10 +220,14 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, Path]]:
                 storage = out_dir / f"feats_{split}"
                 ex.to_yaml(out_dir / "extractor.yaml")
                 t0 = time.perf_counter()
+                # worker and Dask runs go through extract_cuts, which verifies a finished
+                # output against its recorded settings (and refuses a different config);
+                # batch runs are skipped when a complete manifest exists
                 if (
-                    manifest.exists()
+                    args.batch
+                    and manifest.exists()
                     and not partial_manifest_path(manifest).exists()
-                    and (not args.batch or len(CutSet.from_file(manifest)) == len(cuts))
+                    and len(CutSet.from_file(manifest)) == len(cuts)
                 ):
                     log.info("%s/%s: %s exists, skipping", tag, split, manifest)
                     result = CutSet.from_file(manifest)
