@@ -41,7 +41,12 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from .fastmath import denormals_off, restore_fp_mode
+from .fastmath import (
+    assume_distinct_arrays,
+    denormals_off,
+    prefer_wide_vectors,
+    restore_fp_mode,
+)
 from .paulick import _exp
 
 __all__ = [
@@ -110,121 +115,201 @@ def _group(R, grp, xrow, crow, c, zi):  # pragma: no cover - compiled
         xr[q] = xrow[r]
         for j in range(_NC):
             cc[j, q] = c[crow[r], j]
+        cc[3, q] = 1.0 / cc[3, q]
+        cc[4, q] = 1.0 / cc[4, q]
         w[q] = zi[r]
     return r0, nr, rows, xr, cc, w
 
 
-@njit(inline="always", **_OPTS)
-def _step(cc, q, xv, W):  # pragma: no cover - compiled
-    # one Euler step of lane q: the new state, e0 and e1
-    z = cc[2, q] - cc[0, q] * xv
-    z = min(z, cc[5, q])
-    e1 = _exp(z / cc[4, q])
-    e0 = _exp(z / cc[3, q])
-    G = cc[1, q] / (1.0 + e1 * (1.0 + e0))
-    F = -G * (W + cc[9, q]) - cc[7, q] * (W + cc[10, q]) - cc[8, q] * (W + cc[11, q])
-    return W + cc[6, q] * F, e0, e1
+# One Euler step of lane q (cc rows 3, 4 hold the reciprocal slopes 1 / s0, 1 / s1):
+#   z = min(x0 - scale x, zmax); e1 = exp(z / s1); e0 = exp(z / s0)
+#   A = e1 (1 + e0); G = gmax / (1 + A); W <- W + k (-G (W + dep) - gkf (W + dkf) - ...)
+# written out in each loop (an inlined helper returning a tuple keeps LLVM from
+# vectorising the lane loop).
+# The lane loops of one block, each a function of its own with the buffers as arguments:
+# the buffers are distinct allocations (assume_distinct_arrays) and the lane count is a
+# run-time value (LLVM leaves loops with a small constant trip count scalar), so the
+# loops over the lanes vectorise.
+
+
+@njit(**_OPTS)
+def _fwd_block(n, cc, xb, w, yb):  # pragma: no cover - compiled
+    assume_distinct_arrays()
+    prefer_wide_vectors()
+    L = w.shape[0]
+    for i in range(n):
+        for q in range(L):
+            z = min(cc[2, q] - cc[0, q] * xb[i, q], cc[5, q])
+            e1 = _exp(z * cc[4, q])
+            e0 = _exp(z * cc[3, q])
+            G = cc[1, q] / (1.0 + e1 * (1.0 + e0))
+            W = w[q]
+            F = -G * (W + cc[9, q]) - cc[7, q] * (W + cc[10, q]) - cc[8, q] * (W + cc[11, q])
+            W = W + cc[6, q] * F
+            w[q] = W
+            yb[i, q] = W
+
+
+@njit(**_OPTS)
+def _rec_block(n, cc, xb, w, wp, bA, bB, bi):  # pragma: no cover - compiled
+    # W[n-1], A, B and 1 / D of every sample of the block
+    assume_distinct_arrays()
+    prefer_wide_vectors()
+    L = w.shape[0]
+    for i in range(n):
+        for q in range(L):
+            z = min(cc[2, q] - cc[0, q] * xb[i, q], cc[5, q])
+            e1 = _exp(z * cc[4, q])
+            e0 = _exp(z * cc[3, q])
+            A = e1 * (1.0 + e0)
+            iD = 1.0 / (1.0 + A)
+            G = cc[1, q] * iD
+            W = w[q]
+            F = -G * (W + cc[9, q]) - cc[7, q] * (W + cc[10, q]) - cc[8, q] * (W + cc[11, q])
+            wp[i, q] = W
+            bA[i, q] = A
+            bB[i, q] = e1 * e0
+            bi[i, q] = iD
+            w[q] = W + cc[6, q] * F
+
+
+@njit(**_OPTS)
+def _adj_block(n, cc, xb, gyb, wp, bA, bB, bi, a, g, gxb, want_c):  # pragma: no cover
+    # the adjoint back over the block: a (W,) from the adjoint of the block's last state
+    # to that of the state before it; constant gradients accumulate into g (12, W)
+    assume_distinct_arrays()
+    prefer_wide_vectors()
+    L = a.shape[0]
+    for i in range(n - 1, -1, -1):
+        for q in range(L):
+            sc, gm, x0, r0s, r1s, zm = cc[0, q], cc[1, q], cc[2, q], cc[3, q], cc[4, q], cc[5, q]
+            kk, gkf, gks, dep = cc[6, q], cc[7, q], cc[8, q], cc[9, q]
+            xv = xb[i, q]
+            aq = a[q] + gyb[i, q]
+            Wp = wp[i, q]
+            A = bA[i, q]
+            B = bB[i, q]
+            iD = bi[i, q]
+            u = x0 - sc * xv
+            capped = u > zm
+            z = zm if capped else u
+            G = gm * iD
+            ka = kk * aq
+            gG = -ka * (Wp + dep)
+            gD = -gG * G * iD
+            gz = gD * (A * r1s + B * r0s)
+            gu = 0.0 if capped else gz
+            gxb[i, q] = -gu * sc
+            if want_c:
+                F = -G * (Wp + dep) - gkf * (Wp + cc[10, q]) - gks * (Wp + cc[11, q])
+                g[0, q] -= gu * xv
+                g[1, q] += gG * iD
+                g[2, q] += gu
+                g[3, q] -= gD * B * z * r0s * r0s
+                g[4, q] -= gD * A * z * r1s * r1s
+                g[5, q] += gz - gu
+                g[6, q] += aq * F
+                g[7, q] -= ka * (Wp + cc[10, q])
+                g[8, q] -= ka * (Wp + cc[11, q])
+                g[9, q] -= ka * G
+                g[10, q] -= ka
+                g[11, q] -= ka
+            a[q] = aq * (1.0 - kk * (G + gkf + gks))
+
+
+@njit(**_OPTS)
+def _fwd_group(grp, x, xrow, c, crow, zi, y, zf, ck):  # pragma: no cover - compiled
+    # one lane group, block by block: the lanes' input gathered into xb (n, W), the
+    # recursion over contiguous lanes, the output scattered back from yb. (A function of
+    # its own, not the prange body: compiled on its own, the lane loops vectorise.)
+    prefer_wide_vectors()
+    R = y.shape[0]
+    T = y.shape[1]
+    keep = ck.shape[1] > 0
+    nb = (T + _CK - 1) // _CK
+    r0, nr, rows, xr, cc, w = _group(R, grp, xrow, crow, c, zi)
+    xb = np.empty((_CK, _W))
+    yb = np.empty((_CK, _W))
+    for b in range(nb):
+        t0 = b * _CK
+        n = min(_CK, T - t0)
+        if keep:
+            for q in range(nr):
+                ck[r0 + q, b] = w[q]
+        for q in range(_W):
+            for i in range(n):
+                xb[i, q] = np.float64(x[xr[q], t0 + i])
+        _fwd_block(n, cc, xb, w, yb)
+        for q in range(nr):
+            for i in range(n):
+                y[r0 + q, t0 + i] = yb[i, q]
+    for q in range(nr):
+        zf[r0 + q] = w[q]
 
 
 @njit(parallel=True, **_OPTS)
 def _fwd(x, xrow, c, crow, zi, y, zf, ck):  # pragma: no cover - compiled
     R = y.shape[0]
-    T = y.shape[1]
-    keep = ck.shape[1] > 0
     for grp in prange((R + _W - 1) // _W):
         fp = denormals_off()
-        r0, nr, rows, xr, cc, w = _group(R, grp, xrow, crow, c, zi)
-        for n in range(T):
-            if keep and n % _CK == 0:
-                b = n // _CK
-                for q in range(nr):
-                    ck[r0 + q, b] = w[q]
-            for q in range(_W):
-                w[q], _, _ = _step(cc, q, np.float64(x[xr[q], n]), w[q])
-            for q in range(nr):
-                y[r0 + q, n] = w[q]
-        for q in range(nr):
-            zf[r0 + q] = w[q]
+        _fwd_group(grp, x, xrow, c, crow, zi, y, zf, ck)
         restore_fp_mode(fp)
+
+
+@njit(**_OPTS)
+def _bwd_group(
+    grp, gy, gzf, x, xrow, c, crow, zi, ck, gx, gc, gzi, want_x, want_c
+):  # pragma: no cover - compiled
+    # one lane group: each block's input and output gradient gathered into (n, W)
+    # buffers, the block recomputed from its checkpoint (W[n-1], A, B, 1 / D per sample),
+    # then the adjoint back over it; the input gradient scattered back from gxb
+    prefer_wide_vectors()
+    R = gy.shape[0]
+    T = gy.shape[1]
+    nb = (T + _CK - 1) // _CK
+    r0, nr, rows, xr, cc, w = _group(R, grp, xrow, crow, c, zi)
+    xb = np.empty((_CK, _W))
+    gyb = np.empty((_CK, _W))
+    gxb = np.empty((_CK, _W))
+    wp = np.empty((_CK, _W))
+    bA = np.empty((_CK, _W))
+    bB = np.empty((_CK, _W))
+    bi = np.empty((_CK, _W))
+    a = np.empty(_W)
+    for q in range(_W):
+        a[q] = gzf[rows[q]]
+    g = np.zeros((_NC, _W))
+    for b in range(nb - 1, -1, -1):
+        t0 = b * _CK
+        n = min(_CK, T - t0)
+        for q in range(_W):
+            w[q] = ck[rows[q], b]
+            for i in range(n):
+                xb[i, q] = np.float64(x[xr[q], t0 + i])
+                gyb[i, q] = np.float64(gy[rows[q], t0 + i])
+        _rec_block(n, cc, xb, w, wp, bA, bB, bi)
+        _adj_block(n, cc, xb, gyb, wp, bA, bB, bi, a, g, gxb, want_c)
+        if want_x:
+            for q in range(nr):
+                for i in range(n):
+                    gx[r0 + q, t0 + i] = gxb[i, q]
+    for q in range(nr):
+        gzi[r0 + q] = a[q]
+        if want_c:
+            for j in range(_NC):
+                gc[r0 + q, j] = g[j, q]
+            # d W / d dkf = -k gkf and d W / d dks = -k gks per sample: the sums of -k a
+            # times the constant conductances
+            gc[r0 + q, 10] *= cc[7, q]
+            gc[r0 + q, 11] *= cc[8, q]
 
 
 @njit(parallel=True, **_OPTS)
 def _bwd(gy, gzf, x, xrow, c, crow, zi, ck, gx, gc, gzi, want_x, want_c):  # pragma: no cover
     R = gy.shape[0]
-    T = gy.shape[1]
-    nb = (T + _CK - 1) // _CK
     for grp in prange((R + _W - 1) // _W):
         fp = denormals_off()
-        r0, nr, rows, xr, cc, w = _group(R, grp, xrow, crow, c, zi)
-        wp = np.empty((_CK, _W))
-        b0 = np.empty((_CK, _W))
-        b1 = np.empty((_CK, _W))
-        a = np.empty(_W)
-        for q in range(_W):
-            a[q] = gzf[rows[q]]
-        g = np.zeros((_NC, _W))
-        for b in range(nb - 1, -1, -1):
-            t0 = b * _CK
-            n = min(_CK, T - t0)
-            # recompute the block from its checkpoint: W[n-1], e0, e1 per sample
-            for q in range(_W):
-                w[q] = ck[rows[q], b]
-            for i in range(n):
-                for q in range(_W):
-                    wp[i, q] = w[q]
-                    w[q], b0[i, q], b1[i, q] = _step(cc, q, np.float64(x[xr[q], t0 + i]), w[q])
-            # adjoint back over the block
-            for i in range(n - 1, -1, -1):
-                for q in range(_W):
-                    sc, gm, x0, s0, s1, zm = (
-                        cc[0, q],
-                        cc[1, q],
-                        cc[2, q],
-                        cc[3, q],
-                        cc[4, q],
-                        cc[5, q],
-                    )
-                    kk, gkf, gks, dep, dkf, dks = (
-                        cc[6, q], cc[7, q], cc[8, q], cc[9, q], cc[10, q], cc[11, q]
-                    )  # fmt: skip
-                    xv = np.float64(x[xr[q], t0 + i])
-                    aq = a[q] + np.float64(gy[rows[q], t0 + i])
-                    Wp = wp[i, q]
-                    e0 = b0[i, q]
-                    e1 = b1[i, q]
-                    u = x0 - sc * xv
-                    capped = u > zm
-                    z = zm if capped else u
-                    A = e1 * (1.0 + e0)
-                    B = e1 * e0
-                    D = 1.0 + A
-                    G = gm / D
-                    ka = kk * aq
-                    gG = -ka * (Wp + dep)
-                    gD = -gG * G / D
-                    gz = gD * (A / s1 + B / s0)
-                    if want_c:
-                        F = -G * (Wp + dep) - gkf * (Wp + dkf) - gks * (Wp + dks)
-                        g[0, q] += 0.0 if capped else -gz * xv
-                        g[1, q] += gG / D
-                        g[2, q] += 0.0 if capped else gz
-                        g[3, q] -= gD * B * z / (s0 * s0)
-                        g[4, q] -= gD * A * z / (s1 * s1)
-                        g[5, q] += gz if capped else 0.0
-                        g[6, q] += aq * F
-                        g[7, q] -= ka * (Wp + dkf)
-                        g[8, q] -= ka * (Wp + dks)
-                        g[9, q] -= ka * G
-                        g[10, q] -= ka * gkf
-                        g[11, q] -= ka * gks
-                    if want_x and q < nr:
-                        gx[r0 + q, t0 + i] = 0.0 if capped else -gz * sc
-                    a[q] = aq * (1.0 - kk * (G + gkf + gks))
-        for q in range(nr):
-            gzi[r0 + q] = a[q]
-            if want_c:
-                for j in range(_NC):
-                    gc[r0 + q, j] = g[j, q]
+        _bwd_group(grp, gy, gzf, x, xrow, c, crow, zi, ck, gx, gc, gzi, want_x, want_c)
         restore_fp_mode(fp)
 
 
