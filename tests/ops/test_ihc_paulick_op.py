@@ -168,3 +168,32 @@ def test_functional_under_torch_compile_matches_eager():
     ref = ihc_paulick(x, FS, p, backend="reference")
     f = torch.compile(lambda x: ihc_paulick(x, FS, p), backend="aot_eager", fullgraph=True)
     assert _rel(f(x), ref) < 1e-12
+
+
+def test_paulick2024_gradients_equal_reference_autograd(monkeypatch):
+    # the model's IHC through the operator vs through the reference (torch's autograd):
+    # gradients of the input and of the 13 learnable IHC constants
+    import lhotse_amt
+
+    model = lhotse_amt.Paulick2024(fs=16000, learnable=True, dtype=D, flow=500.0, fhigh=2000.0)
+    x = 0.05 * torch.randn(1, 1300, generator=torch.Generator().manual_seed(11), dtype=D)
+    x.requires_grad_(True)
+    params = [x, *(p for n, p in model.named_parameters() if n.startswith("ihc."))]
+    assert len(params) == 1 + len(IHC_PAULICK_CONSTANTS)
+
+    def grads():
+        return torch.autograd.grad(sum(o.square().mean() for o in model(x)), params)
+
+    got = grads()
+
+    calls = []
+
+    def reference(x, c, state=None):
+        calls.append(x.shape)
+        return ihc_paulick_reference(x, {k: v.to(x.dtype) for k, v in c.items()}, state)
+
+    monkeypatch.setattr(ops, "ihc_paulick_recursion", reference)
+    ref = grads()
+    assert calls, "the model's IHC did not run through lhotse_amt.ops"
+    for a, b in zip(got, ref, strict=True):
+        assert float((a - b).abs().max()) <= 1e-9 * float(b.abs().max()) + 1e-300
