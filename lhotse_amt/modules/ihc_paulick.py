@@ -20,8 +20,8 @@ class IHCPaulick2024(nn.Module):
 
     Args:
         fs: sampling rate (Hz); must be above about 5.6 kHz (forward-Euler stability).
-        learnable: the 13 constants become parameters (gradients run through the
-            plain-torch reference, a loop over samples: short signals only).
+        learnable: the 13 constants become parameters (gradients through the operator
+            ``lhotse_amt::ihc_paulick``: compiled kernels with a compiled backward).
         dtype: accepted for API compatibility; the constants are kept in float64 (they
             span 1e-12 ... 1e-1) and cast to the input's dtype when used.
         precharge_duration: pre-charge length (s), 50 ms.
