@@ -126,14 +126,13 @@ def _sos_fwd(x, xrow, sos, crow, zi, y, zf, ck):  # pragma: no cover - compiled
         restore_fp_mode(fp)
 
 
-@njit(inline="always", **_OPTS)
-def _sos_record(S, t0, n, x, xr, co, z, w):  # pragma: no cover - compiled
-    # block t0 .. t0+n of the lanes: section inputs and the last output into w
-    # (S + 1, n, W); advances z
+@njit(**_OPTS)
+def _sos_record(S, n, co, z, w):  # pragma: no cover - compiled
+    # n samples of the lanes through the sections: w[0] (n, W) holds the input; section
+    # inputs and the last output into w (S + 1, n, W); advances z. Its own function so
+    # that the arrays are marked distinct (the lane loops vectorise)
+    assume_distinct_arrays()
     W = _WS
-    for i in range(n):
-        for k in range(W):
-            w[0, i, k] = np.float64(x[xr[k], t0 + i])
     for q in range(S):
         for i in range(n):
             for k in range(W):
@@ -142,6 +141,31 @@ def _sos_record(S, t0, n, x, xr, co, z, w):  # pragma: no cover - compiled
                 z[q, 0, k] = co[q, 1, k] * vk - co[q, 3, k] * out + z[q, 1, k]
                 z[q, 1, k] = co[q, 2, k] * vk - co[q, 4, k] * out
                 w[q + 1, i, k] = out
+
+
+@njit(**_OPTS)
+def _sos_adjoint(S, n, co, w, g, l1, l2, gc):  # pragma: no cover - compiled
+    # the adjoint of every section (last first) back over n samples of the lanes:
+    # G = g - a1 l1 - a2 l2; g <- b0 G + b1 l1 + b2 l2; (l1, l2) <- (G, l1); output
+    # gradients g (n, W) in, input gradients out; coefficient gradient sums gc (S, 5, W)
+    assume_distinct_arrays()
+    W = _WS
+    for q in range(S - 1, -1, -1):
+        for i in range(n - 1, -1, -1):
+            for k in range(W):
+                p1 = l1[q, k]
+                p2 = l2[q, k]
+                v = w[q, i, k]
+                out = w[q + 1, i, k]
+                G = g[i, k] - co[q, 3, k] * p1 - co[q, 4, k] * p2
+                g[i, k] = co[q, 0, k] * G + co[q, 1, k] * p1 + co[q, 2, k] * p2
+                gc[q, 0, k] += G * v
+                gc[q, 1, k] += p1 * v
+                gc[q, 2, k] += p2 * v
+                gc[q, 3, k] -= p1 * out
+                gc[q, 4, k] -= p2 * out
+                l2[q, k] = p1
+                l1[q, k] = G
 
 
 @njit(parallel=True, **_OPTS)
@@ -175,28 +199,12 @@ def _sos_bwd(
                 for q in range(S):
                     z[q, 0, k] = ck[rows[k], b, q, 0]
                     z[q, 1, k] = ck[rows[k], b, q, 1]
-            _sos_record(S, t0, n, x, xr, co, z, w)
-            for i in range(n):
-                for k in range(W):
-                    g[i, k] = np.float64(gy[rows[k], t0 + i])
-            for q in range(S - 1, -1, -1):
-                for i in range(n - 1, -1, -1):
-                    for k in range(W):
-                        a1 = co[q, 3, k]
-                        a2 = co[q, 4, k]
-                        p1 = l1[q, k]
-                        p2 = l2[q, k]
-                        v = w[q, i, k]
-                        out = w[q + 1, i, k]
-                        G = g[i, k] - a1 * p1 - a2 * p2
-                        g[i, k] = co[q, 0, k] * G + co[q, 1, k] * p1 + co[q, 2, k] * p2
-                        gc[q, 0, k] += G * v
-                        gc[q, 1, k] += p1 * v
-                        gc[q, 2, k] += p2 * v
-                        gc[q, 3, k] -= p1 * out
-                        gc[q, 4, k] -= p2 * out
-                        l2[q, k] = p1
-                        l1[q, k] = G
+            for k in range(W):
+                for i in range(n):
+                    w[0, i, k] = x[xr[k], t0 + i]
+                    g[i, k] = gy[rows[k], t0 + i]
+            _sos_record(S, n, co, z, w)
+            _sos_adjoint(S, n, co, w, g, l1, l2, gc)
             if want_x:
                 for k in range(nr):
                     for i in range(n):
