@@ -29,9 +29,11 @@ constant row ``crow[r]``. Rows run in lane groups of :data:`LANES` (``prange`` o
 groups, the lanes in the inner loop so that the two exponentials vectorise; padding lanes
 repeat the group's last row). The recursion runs in float64 whatever the tensor dtype.
 The forward stores ``W`` at the start of every block of :data:`CHECKPOINT_BLOCK` samples;
-the backward recomputes each block once from its checkpoint into a buffer (``W[n-1]``,
-``e0``, ``e1`` per sample) and runs the adjoint back over it: memory ``O(512)`` per
-thread plus ``O(T / 512)`` checkpoints per row.
+the backward recomputes each block once from its checkpoint into buffers (``W[n-1]``,
+``A = e1 (1 + e0)``, ``e1 e0`` and ``1 / D`` per sample) and runs the adjoint back over
+them: memory ``O(512)`` per thread plus ``O(T / 512)`` checkpoints per row. The slopes
+enter as reciprocals (``z * (1 / s)``, as in :mod:`lhotse_amt.kernels.paulick`: last-bit
+differences from the reference's ``z / s``).
 """
 
 from __future__ import annotations
