@@ -726,19 +726,18 @@ def _adapt_fwd(x, xrow, a, m, crow, minlvl, use_limit, zi, y, zf, ck):  # pragma
         restore_fp_mode(fp)
 
 
-@njit(inline="always", **_OPTS)
-def _adapt_record(
-    J, t0, n, x, xr, aa, mm, minlvl, use_limit, s, sv, inv, wis, dl, dm
-):  # pragma: no cover
-    # block t0 .. t0+n through the loops, recording per sample and loop (J, n, W) the
-    # terms of the adjoint step: s - v_out (sv), 1 / s (inv), w / s (wis), the limiter's
-    # derivatives d lim / dw (dl, 1 without limiting) and d lim / dm (dm, 0 without)
+@njit(**_OPTS)
+def _adapt_record(J, n, xb, aa, mm, use_limit, s, v, sv, inv, wis, dl, dm):  # pragma: no cover
+    # n samples of the lanes' clamped input xb (n, W) through the loops, recording per
+    # sample and loop (J, n, W) the terms of the adjoint step: s - v_out (sv), 1 / s (inv),
+    # w / s (wis), the limiter's derivatives d lim / dw (dl, 1 without limiting) and
+    # d lim / dm (dm, 0 without); scratch v (W,). Its own function so that the arrays are
+    # marked distinct (the lane loops vectorise)
+    assume_distinct_arrays()
     W = _W
-    v = np.empty(W)
     for i in range(n):
         for k in range(W):
-            q = np.float64(x[xr[k], t0 + i])
-            v[k] = q if q > minlvl else minlvl
+            v[k] = xb[i, k]
         for j in range(J):
             hits = False
             for k in range(W):
@@ -768,6 +767,29 @@ def _adapt_record(
                 s[j, k] = aa[j, k] * sk + (1.0 - aa[j, k]) * v[k]
 
 
+@njit(**_OPTS)
+def _adapt_adjoint(J, n, gb, aa, sv, inv, wis, dl, dm, lam, gaa, gmm, gv):  # pragma: no cover
+    # the adjoint step (multiply-adds only) back over n samples of the lanes: output
+    # gradients gb (n, W) in, gradients of the loops' input out (in place); carried state
+    # adjoints lam (J, W); coefficient gradient sums gaa, gmm (J, W); scratch gv (W,)
+    assume_distinct_arrays()
+    W = _W
+    for i in range(n - 1, -1, -1):
+        for k in range(W):
+            gv[k] = gb[i, k]
+        for j in range(J - 1, -1, -1):
+            for k in range(W):
+                lj = lam[j, k]
+                gvt = gv[k] + (1.0 - aa[j, k]) * lj
+                gaa[j, k] += lj * sv[j, i, k]
+                gmm[j, k] += gvt * dm[j, i, k]
+                gw = gvt * dl[j, i, k]
+                gv[k] = gw * inv[j, i, k]
+                lam[j, k] = aa[j, k] * lj - gw * wis[j, i, k]
+        for k in range(W):
+            gb[i, k] = gv[k]
+
+
 @njit(parallel=True, **_OPTS)
 def _adapt_bwd(
     gy, gzf, x, xrow, a, m, crow, minlvl, use_limit, zi, ck, gx, ga, gm, gzi, want_x, want_c
@@ -793,29 +815,27 @@ def _adapt_bwd(
         gaa = np.zeros((J, _W))
         gmm = np.zeros((J, _W))
         gv = np.empty(_W)
+        v = np.empty(_W)
+        xb = np.empty((_CKA, _W))
+        gb = np.empty((_CKA, _W))
         for b in range(nb - 1, -1, -1):
             t0 = b * _CKA
             n = min(_CKA, T - t0)
             for k in range(_W):
                 for j in range(J):
                     s[j, k] = ck[rows[k], b, j]
-            _adapt_record(J, t0, n, x, xr, aa, mm, minlvl, use_limit, s, sv, inv, wis, dl, dm)
-            for i in range(n - 1, -1, -1):
-                for k in range(_W):
-                    gv[k] = np.float64(gy[rows[k], t0 + i])
-                for j in range(J - 1, -1, -1):
-                    for k in range(_W):
-                        lj = lam[j, k]
-                        gvt = gv[k] + (1.0 - aa[j, k]) * lj
-                        gaa[j, k] += lj * sv[j, i, k]
-                        gmm[j, k] += gvt * dm[j, i, k]
-                        gw = gvt * dl[j, i, k]
-                        gv[k] = gw * inv[j, i, k]
-                        lam[j, k] = aa[j, k] * lj - gw * wis[j, i, k]
-                if want_x:
-                    for k in range(nr):
-                        x0 = np.float64(x[xr[k], t0 + i])
-                        gx[r0 + k, t0 + i] = gv[k] if x0 > minlvl else 0.0
+            for k in range(_W):
+                for i in range(n):
+                    q = np.float64(x[xr[k], t0 + i])
+                    xb[i, k] = q if q > minlvl else minlvl
+                    gb[i, k] = gy[rows[k], t0 + i] if q > minlvl else 0.0
+            _adapt_record(J, n, xb, aa, mm, use_limit, s, v, sv, inv, wis, dl, dm)
+            _adapt_adjoint(J, n, gb, aa, sv, inv, wis, dl, dm, lam, gaa, gmm, gv)
+            if want_x:
+                for k in range(nr):
+                    for i in range(n):
+                        q = np.float64(x[xr[k], t0 + i])
+                        gx[r0 + k, t0 + i] = gb[i, k] if q > minlvl else 0.0
         for k in range(nr):
             for j in range(J):
                 gzi[r0 + k, j] = lam[j, k]
