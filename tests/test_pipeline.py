@@ -60,7 +60,7 @@ class _ThreadProbe(Fbank):
 
 
 SLOW_SCRIPT = """
-import sys, time
+import os, sys, time
 from lhotse import CutSet, Fbank
 from lhotse_amt.pipeline import extract_cuts
 
@@ -68,6 +68,10 @@ from lhotse_amt.pipeline import extract_cuts
 class SlowFbank(Fbank):
     def extract(self, samples, sampling_rate):
         time.sleep(float(sys.argv[4]))
+        gate = sys.argv[6] if len(sys.argv) > 6 else None
+        t0 = time.monotonic()
+        while gate and not os.path.exists(gate) and time.monotonic() - t0 < 300:
+            time.sleep(0.05)  # hold every cut until the test opens the gate
         return super().extract(samples, sampling_rate)
 
 
@@ -114,10 +118,14 @@ def _cli() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "lhotse_amt.cli"]
 
 
-def _slow_run(tmp_path: Path, cuts: CutSet, out: Path, sleep: float, jobs: int):
+def _slow_run(
+    tmp_path: Path, cuts: CutSet, out: Path, sleep: float, jobs: int, gate: Path | None = None
+):
     script = tmp_path / "slow_extract.py"
     script.write_text(SLOW_SCRIPT)
     args = [str(_cuts_file(cuts)), str(tmp_path / "feats"), str(out), str(sleep), str(jobs)]
+    if gate is not None:
+        args.append(str(gate))
     return subprocess.Popen(
         [sys.executable, str(script), *args],
         stdout=subprocess.PIPE,
@@ -235,7 +243,8 @@ def test_log_without_settings_header_is_refused(cuts, tmp_path):
 
 def test_second_concurrent_run_is_refused(cuts, tmp_path):
     out = tmp_path / "out.jsonl.gz"
-    first = _slow_run(tmp_path, cuts, out, sleep=2.0, jobs=1)
+    gate = tmp_path / "gate"  # the first run holds its cuts until the refusals are checked
+    first = _slow_run(tmp_path, cuts, out, sleep=0.0, jobs=1, gate=gate)
     lock = lock_path(out)
     _wait_for(lambda: lock.exists() and lock.read_text().strip(), first)
     msg = f"another extraction is writing {out} (pid {first.pid})"
@@ -249,6 +258,7 @@ def test_second_concurrent_run_is_refused(cuts, tmp_path):
         extract_cuts(cuts, Fbank(), tmp_path / "feats", out, progress_bar=False)
     assert msg in str(err.value)
     assert first.poll() is None  # the refusals came while the first run was working
+    gate.touch()
     _, stderr = first.communicate(timeout=300)
     assert first.returncode == 0, stderr[-3000:]
     res = CutSet.from_file(out)
