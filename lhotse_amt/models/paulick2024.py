@@ -56,6 +56,7 @@ from importlib import resources
 from typing import Any
 
 import numpy as np
+import scipy.fft
 import scipy.signal
 import torch
 from torch import Tensor, nn
@@ -118,6 +119,14 @@ def _fir(buf: Tensor, weight: Tensor, start: int, stride: int, n_out: int) -> Te
         return paulick.fir(buf, weight.reshape(-1), start, stride, n_out)
     if n_out == 0:
         return buf.new_zeros(buf.shape[0], 0)
+    K = weight.shape[-1]
+    if stride == 1 and K > 64:
+        # long taps (the ear filter): FFT correlation, O(T log T) forward and backward
+        x = buf[:, start : start + n_out + K - 1]
+        L = scipy.fft.next_fast_len(x.shape[-1] + K - 1)
+        h = weight.reshape(-1).to(buf.dtype).flip(-1)
+        c = torch.fft.irfft(torch.fft.rfft(x, L) * torch.fft.rfft(h, L), L)
+        return c[:, K - 1 : K - 1 + n_out]
     y = torch.nn.functional.conv1d(buf[:, None, start:], weight.to(buf.dtype), stride=stride)
     return y[:, 0, :n_out]
 
