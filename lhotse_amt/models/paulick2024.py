@@ -56,7 +56,6 @@ from importlib import resources
 from typing import Any
 
 import numpy as np
-import scipy.fft
 import scipy.signal
 import torch
 from torch import Tensor, nn
@@ -123,7 +122,7 @@ def _fir(buf: Tensor, weight: Tensor, start: int, stride: int, n_out: int) -> Te
     if stride == 1 and K > 64:
         # long taps (the ear filter): FFT correlation, O(T log T) forward and backward
         x = buf[:, start : start + n_out + K - 1]
-        L = scipy.fft.next_fast_len(x.shape[-1] + K - 1)
+        L = 1 << (x.shape[-1] + K - 2).bit_length()  # a power of two >= the full length
         h = weight.reshape(-1).to(buf.dtype).flip(-1)
         c = torch.fft.irfft(torch.fft.rfft(x, L) * torch.fft.rfft(h, L), L)
         return c[:, K - 1 : K - 1 + n_out]
