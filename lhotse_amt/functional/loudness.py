@@ -1026,7 +1026,9 @@ def check_pressure_signal(x: Tensor, what: str, min_samples: int) -> None:
         )
     if x.numel() == 0:
         raise ValueError(f"{what}: empty batch (shape {tuple(x.shape)})")
-    if not all_finite(x):  # numpy on this thread for CPU tensors (no parallel region)
+    if torch.compiler.is_compiling():
+        require(torch.isfinite(x).all(), f"{what}: input contains NaN or inf")
+    elif not all_finite(x):  # numpy on this thread for CPU tensors (no parallel region)
         raise ValueError(f"{what}: input contains NaN or inf")
 
 
