@@ -828,7 +828,7 @@ def _adapt_bwd(
                 for i in range(n):
                     q = np.float64(x[xr[k], t0 + i])
                     xb[i, k] = q if q > minlvl else minlvl
-                    gb[i, k] = gy[rows[k], t0 + i] if q > minlvl else 0.0
+                    gb[i, k] = gy[rows[k], t0 + i]
             _adapt_record(J, n, xb, aa, mm, use_limit, s, v, sv, inv, wis, dl, dm)
             _adapt_adjoint(J, n, gb, aa, sv, inv, wis, dl, dm, lam, gaa, gmm, gv)
             if want_x:

@@ -9,9 +9,9 @@ Importing this module never fails: without Triton (or without a CUDA device)
 
 from __future__ import annotations
 
-import os
-
 import torch
+
+from . import triton_interpreted
 
 try:  # pragma: no cover - depends on the installation
     import triton
@@ -23,7 +23,7 @@ except Exception:  # pragma: no cover
 
 
 def interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return triton_interpreted()
 
 
 def available() -> bool:

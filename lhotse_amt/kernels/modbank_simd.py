@@ -27,7 +27,6 @@ resonator bands, output flags; numba caches each on disk).
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import torch
@@ -37,6 +36,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .. import _alloc
+from . import SIMD
 from .cpu import _np, _threads
 from .fastmath import denormals_off, restore_fp_mode
 from .paulick_simd import _call_literal, _lits
@@ -46,7 +46,7 @@ __all__ = ["ENABLED", "modulation_bank", "modulation_bank_pooled"]
 
 #: used by :func:`lhotse_amt.functional.modulation.modulation_filterbank` (``LHOTSE_AMT_SIMD=0``
 #: in the environment: the channel-by-channel kernel of :mod:`lhotse_amt.kernels.modbank`)
-ENABLED = os.environ.get("LHOTSE_AMT_SIMD", "1") != "0"
+ENABLED = SIMD
 
 _NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
 _I64 = ir.IntType(64)

@@ -41,14 +41,13 @@ Importing this module never fails without Triton or a GPU (``HAS_TRITON`` /
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import torch
 from numba import njit, prange
 
 from .. import _alloc
-from . import paulick_simd
+from . import SIMD, paulick_simd, triton_interpreted
 from .cpu import _threads, overshoot_limit32_
 from .fastmath import (
     denormals_off,
@@ -69,7 +68,7 @@ __all__ = [
 ]
 
 #: use :mod:`lhotse_amt.kernels.paulick_simd` where it applies (``LHOTSE_AMT_SIMD=0``: never)
-_SIMD = os.environ.get("LHOTSE_AMT_SIMD", "1") != "0"
+_SIMD = SIMD
 
 _NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
 # the fused front end may contract a * b + c into fused multiply-adds (one rounding instead
@@ -774,8 +773,7 @@ except Exception:  # pragma: no cover
 
 def triton_available() -> bool:
     """True when :func:`ihc_triton` can run (CUDA device or ``TRITON_INTERPRET=1``)."""
-    interp = os.environ.get("TRITON_INTERPRET", "0") == "1"
-    return HAS_TRITON and (torch.cuda.is_available() or interp)
+    return HAS_TRITON and (torch.cuda.is_available() or triton_interpreted())
 
 
 if HAS_TRITON:

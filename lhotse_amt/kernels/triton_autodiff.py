@@ -23,10 +23,9 @@ tensors with Triton's interpreter (tests).
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from . import triton_interpreted
 from .autodiff import CHECKPOINT_BLOCK, checkpoint_blocks
 
 try:  # pragma: no cover - depends on the installation
@@ -55,7 +54,7 @@ _CK = CHECKPOINT_BLOCK
 
 def interpreted() -> bool:
     """True when Triton runs in its CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return triton_interpreted()
 
 
 def available() -> bool:
