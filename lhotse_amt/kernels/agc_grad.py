@@ -32,26 +32,16 @@ runs in float64 whatever the dtype of ``x``.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import torch
 from numba import njit, prange
 
+from .cpu import _np, _threads
 from .fastmath import denormals_off, restore_fp_mode
 
 __all__ = ["agc_forward", "agc_backward"]
 
 _OPTS = dict(nogil=True, cache=True, boundscheck=False)
-
-
-def _threads() -> None:
-    n = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-    if numba.get_num_threads() != n:
-        numba.set_num_threads(n)
-
-
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().numpy()
 
 
 @njit(parallel=True, **_OPTS)

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 import torch
 from numba import njit, prange
 
+from .cpu import _np, _threads
 from .fastmath import assume_distinct_arrays, denormals_off, exp_nonpos_inline, restore_fp_mode
 
 __all__ = [
@@ -42,16 +42,6 @@ __all__ = [
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"contract"})
 #: samples per recomputed block of the backward kernels
 _CK = 2048
-
-
-def _threads() -> None:
-    n = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-    if numba.get_num_threads() != n:
-        numba.set_num_threads(n)
-
-
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().numpy()
 
 
 # --------------------------------------------------------------------------------------

@@ -38,11 +38,11 @@ differences from the reference's ``z / s``).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import torch
 from numba import njit, prange
 
+from .cpu import _np, _threads
 from .fastmath import (
     assume_distinct_arrays,
     denormals_off,
@@ -84,16 +84,6 @@ _CK = CHECKPOINT_BLOCK
 _W = LANES
 _NC = len(IHC_STEP_KEYS)
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"contract"})
-
-
-def _threads() -> None:
-    n = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-    if numba.get_num_threads() != n:
-        numba.set_num_threads(n)
-
-
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().numpy()
 
 
 def checkpoint_blocks(T: int) -> int:
