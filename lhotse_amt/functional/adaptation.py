@@ -26,6 +26,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .._validation import check_number, check_rate, check_signal, require
+
 __all__ = [
     "ADAPTATION_PRESETS",
     "adaptation_coefficients",
@@ -136,8 +138,14 @@ def adaptation_loops(
     Returns:
         ``(..., T)`` in model units (and the final states if ``return_state``).
     """
+    check_signal(x, min_samples=0, max_dim=None, allow_empty=True, name="x")
+    check_rate("fs", fs)
+    check_number("limit", limit)
+    check_number("minspl", minspl)
+    check_number("dboffset", dboffset)
     if not torch.is_tensor(tau):
         tau = torch.as_tensor(tau, dtype=x.dtype)
+    require((torch.isfinite(tau) & (tau > 0)).all(), "tau: time constants must be finite and > 0 s")
     tau = tau.to(device=x.device, dtype=x.dtype if x.is_floating_point() else torch.float32)
     minlvl = 10.0 ** ((minspl - dboffset) / 20.0)
     a, m, s0 = adaptation_coefficients(tau, fs, limit, minlvl)

@@ -15,7 +15,7 @@ import math
 import torch
 from torch import Tensor
 
-from .._validation import require
+from .._validation import check_rate, check_signal, require
 from .iir import one_pole_cascade
 
 __all__ = ["gammatone_bandwidth_factor", "gammatone_poles", "gammatone"]
@@ -72,6 +72,8 @@ def gammatone(
     Returns:
         ``(..., C, T)`` (and the final states if ``return_state``).
     """
+    check_signal(x, min_samples=0, max_dim=None, allow_empty=True, name="x")
+    check_rate("fs", fs)
     nyq = fs / 2.0
     require(
         ((fc > 0) & (fc < nyq)).all(),

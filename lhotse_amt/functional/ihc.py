@@ -22,6 +22,7 @@ import scipy.signal
 import torch
 from torch import Tensor
 
+from .._validation import check_signal
 from .iir import sosfilt
 
 __all__ = ["IHC_PRESETS", "ihc_lowpass_sos", "ihc_envelope"]
@@ -57,4 +58,5 @@ def ihc_envelope(
         sos: low-pass sections from :func:`ihc_lowpass_sos` (``(S, 6)`` or per channel).
         state: sosfilt states ``(..., S, 2)`` for streaming.
     """
+    check_signal(x, min_samples=0, max_dim=None, allow_empty=True, name="x")
     return sosfilt(torch.relu(x), sos, state, return_state=return_state, backend=backend)

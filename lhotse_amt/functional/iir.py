@@ -39,6 +39,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from .._validation import check_signal, require
+
 __all__ = [
     "sosfilt",
     "one_pole_cascade",
@@ -319,12 +321,18 @@ def lti_filter(
 
 
 def _check_signal(x: Tensor) -> None:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"expected a torch.Tensor, got {type(x).__name__}")
-    if x.dim() < 1:
-        raise ValueError("signal must have at least one dimension (time last)")
-    if torch.is_complex(x):
-        raise ValueError("signal must be real-valued")
+    """A real floating signal, time last, finite (empty chunks allowed for streaming)."""
+    check_signal(x, min_samples=0, max_dim=None, allow_empty=True, name="signal x")
+
+
+def _check_coefficients(name: str, c: Tensor, stable_poles: bool = False) -> None:
+    """Finite coefficients (``stable_poles``: inside the unit circle)."""
+    if not isinstance(c, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(c).__name__}")
+    mag = c.abs() if torch.is_complex(c) else c.abs().to(torch.float64)
+    require(torch.isfinite(mag).all(), f"{name} must be finite")
+    if stable_poles:
+        require((mag < 1).all(), f"{name}: every pole must lie inside the unit circle (|p| < 1)")
 
 
 def sosfilt(
@@ -353,7 +361,8 @@ def sosfilt(
         ``y`` of the broadcast shape ``(..., T)`` (and ``zf`` if ``return_state``).
     """
     _check_signal(x)
-    if sos.shape[-1] != 6:
+    _check_coefficients("sos", sos)
+    if sos.dim() < 2 or sos.shape[-1] != 6:
         raise ValueError(f"sos must have shape (..., n_sections, 6), got {tuple(sos.shape)}")
     dtype = torch.promote_types(x.dtype, sos.dtype)
     x, sos = x.to(dtype), sos.to(dtype=dtype, device=x.device)
@@ -401,8 +410,10 @@ def one_pole_cascade(
         ``y (..., T)`` (complex for ``output="complex"``), and the state if requested.
     """
     _check_signal(x)
-    if order < 1:
-        raise ValueError("order must be >= 1")
+    _check_coefficients("pole", pole, stable_poles=True)
+    _check_coefficients("gain", gain)
+    if isinstance(order, bool) or not isinstance(order, int) or order < 1:
+        raise ValueError(f"order must be an integer >= 1, got {order!r}")
     if output not in ("complex", "real2", "real"):
         raise ValueError(f"Unknown output {output!r}")
     rdtype = torch.promote_types(x.dtype, pole.real.dtype if torch.is_complex(pole) else pole.dtype)

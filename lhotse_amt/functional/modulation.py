@@ -34,6 +34,7 @@ import scipy.signal
 import torch
 from torch import Tensor
 
+from .._validation import check_signal
 from .iir import one_pole_cascade, resolve_backend, sosfilt
 
 __all__ = [
@@ -203,6 +204,12 @@ def modulation_filterbank(
     Returns:
         ``(..., C, M, T)`` with zeros in padded bands (and the new state).
     """
+    check_signal(x, min_samples=0, min_dim=2, max_dim=None, allow_empty=True, name="x (..., C, T)")
+    if poles.dim() != 3 or poles.shape[0] != x.shape[-2]:
+        raise ValueError(
+            f"poles must have shape (C, M, P) with C = {x.shape[-2]} channels of x, got "
+            f"{tuple(poles.shape)}"
+        )
     state = state or {}
     P = poles.shape[-1]
     if resolve_backend(backend, x, poles, gains) == "numba" and P == 1 and poles.shape[-2] > 1:
