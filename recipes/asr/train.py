@@ -12,9 +12,13 @@ at ``--snrs`` through Lhotse ``MixedCut`` s (precomputed: the extractors' featur
 mixing hooks, lazily; on the fly: the features of the mixed audio, exact). CER per feature
 type and condition goes to ``results.md``/``results.json``/``cer.png`` in ``--exp-dir``.
 
-``--learnable-frontend`` adds the differentiable configuration: ``lhotse_amt.Dau1997(...,
-learnable=True)`` inside the model on raw audio for a few steps, checking that gradients
-reach the gammatone centre frequencies.
+``--learnable-frontend`` adds the differentiable configuration: the whole
+``lhotse_amt.Dau1997(learnable=True)`` (gammatone filterbank, IHC, adaptation loops,
+modulation filterbank; default 31 channels 80-8000 Hz at 16 kHz) inside the network on raw
+audio, pooled to 10-ms frames like ``amt-dau1997`` and followed by a learned per-feature
+normalisation and the same recognizer, trained with the same steps, optimizer and
+schedule as the fixed-feature runs (checks that the front end's parameters receive
+finite, non-zero gradients).
 
 Data: ``--manifest-dir`` with ``lhotse prepare`` manifests (e.g. LibriSpeech with
 ``--train-split train-clean-100 --dev-split dev-clean --test-split test-clean``), or,
@@ -100,7 +104,7 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     f = p.add_argument_group("features")
     f.add_argument(
         "--features",
-        nargs="+",
+        nargs="*",
         default=["kaldi-fbank", "amt-dau1997", "amt-dau1997:stage=adaptation"],
         help="extractor specs (NAME[:key=value,...] or a YAML path)",
     )
@@ -130,18 +134,20 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     t.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     t.add_argument("--device", default="cpu")
     lf = p.add_argument_group("differentiable front end")
-    lf.add_argument("--learnable-frontend", action="store_true")
-    lf.add_argument("--learnable-steps", type=int, default=3)
-    lf.add_argument("--learnable-fs", type=int, default=8000)
-    lf.add_argument("--learnable-flow", type=float, default=300.0)
-    lf.add_argument("--learnable-fhigh", type=float, default=3000.0)
     lf.add_argument(
-        "--learnable-max-cut",
-        type=float,
-        default=0.8,
-        help="use train cuts up to this duration (s): the loops' gradient is slow",
+        "--learnable-frontend",
+        action="store_true",
+        help="also train Dau1997(learnable=True) inside the network on raw audio",
     )
-    lf.add_argument("--learnable-batch", type=int, default=2)
+    lf.add_argument("--learnable-fs", type=int, default=16000, help="front-end rate (Hz)")
+    lf.add_argument("--learnable-flow", type=float, default=80.0, help="lowest channel (Hz)")
+    lf.add_argument("--learnable-fhigh", type=float, default=8000.0, help="highest channel (Hz)")
+    lf.add_argument(
+        "--learnable-lr-scale",
+        type=float,
+        default=0.1,
+        help="front-end learning rate / --lr (relative, log-domain parameter steps)",
+    )
     p.add_argument("--exp-dir", type=Path, default=Path("exp/asr"))
     p.add_argument(
         "--smoke",
@@ -150,6 +156,8 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
+    if not (a.learnable_lr_scale > 0 and math.isfinite(a.learnable_lr_scale)):
+        p.error(f"--learnable-lr-scale must be finite and > 0, got {a.learnable_lr_scale}")
     if a.smoke:
         a.num_train, a.num_dev, a.num_test = (
             min(a.num_train, 48),
@@ -308,34 +316,105 @@ def norm_stats(cuts: CutSet, ex, precomputed: bool, limit: int = 300) -> tuple:
 
 
 # ------------------------------------------------------------------------------- training
-def train_one(spec: str, splits, noise, a, tok) -> dict:
-    tag = spec_tag(spec)
-    t_start = time.perf_counter()
+def fixed_setup(spec: str, splits, noise, a, tok) -> dict:
+    """Model, cuts and input strategy of a fixed-feature run."""
+    t0 = time.perf_counter()
     ex, cs = with_features(spec, splits, noise, a)
-    t_feats = time.perf_counter() - t_start
+    t_feats = time.perf_counter() - t0
     pre = a.input_strategy == "precomputed"
-    strategy = PrecomputedFeatures() if pre else OnTheFlyFeatures(ex)
+    mean, std = norm_stats(cs["train"], ex, pre)
+    torch.manual_seed(a.seed)
+    model = CTCRecognizer(
+        int(mean.numel()),
+        tok.vocab_size,
+        a.hidden,
+        a.conv_channels,
+        a.layers,
+        mean,
+        std,
+        subsample=a.subsample,
+    )
+    return dict(
+        model=model,
+        groups=[list(model.parameters())],
+        lrs=[a.lr],
+        cuts=cs,
+        strategy=PrecomputedFeatures() if pre else OnTheFlyFeatures(ex),
+        input_strategy=a.input_strategy,
+        extractor=ex,
+        dim=int(mean.numel()),
+        audio=False,
+        feature_seconds=t_feats,
+    )
+
+
+def learnable_setup(splits, noise, a, tok) -> dict:
+    """Dau1997(learnable=True) front end + learned normalisation + the same recognizer on
+    raw audio at ``--learnable-fs``; two parameter groups (network: ``--lr``, AdamW weight
+    decay as the fixed runs; front end: ``--lr * --learnable-lr-scale``, no decay)."""
+    t0 = time.perf_counter()
+    cs = {
+        k: (v.resample(a.learnable_fs) if v[0].sampling_rate != a.learnable_fs else v)
+        for k, v in list(splits.items()) + [("noise", noise)]
+    }
+    fe = AuditoryFrontEnd(a.learnable_fs, a.learnable_flow, a.learnable_fhigh)
+    mean, std = frontend_stats(fe, cs["train"], a)
+    t_stats = time.perf_counter() - t0
+    torch.manual_seed(a.seed)
+    rec = CTCRecognizer(
+        fe.num_features,
+        tok.vocab_size,
+        a.hidden,
+        a.conv_channels,
+        a.layers,
+        subsample=a.subsample,
+    )
+    model = LearnableRecognizer(fe, FeatureNorm(mean, std), rec)
+    return dict(
+        model=model,
+        groups=[list(model.norm.parameters()) + list(rec.parameters()), list(fe.parameters())],
+        lrs=[a.lr, a.lr * a.learnable_lr_scale],
+        cuts=cs,
+        strategy=AudioSamples(),
+        input_strategy="raw audio",
+        extractor=None,
+        dim=fe.num_features,
+        audio=True,
+        feature_seconds=t_stats,
+    )
+
+
+def train_one(spec: str, splits, noise, a, tok) -> dict:
+    tag = spec_tag(spec) if spec != LEARNABLE else LEARNABLE
+    t_start = time.perf_counter()
+    su = (
+        learnable_setup(splits, noise, a, tok)
+        if spec == LEARNABLE
+        else fixed_setup(spec, splits, noise, a, tok)
+    )
+    cs, strategy, audio, model = su["cuts"], su["strategy"], su["audio"], su["model"]
+    fe = model.frontend if audio else None
+    t_feats = time.perf_counter() - t_start
     train_cuts = cs["train"]
     if a.train_snrs:
         train_cuts = mix_with_noise(train_cuts, cs["noise"], a.train_snrs, a.seed + 7, 0.5)
-    mean, std = norm_stats(cs["train"], ex, pre)
-    dim = int(mean.numel())
-    torch.manual_seed(a.seed)
-    model = CTCRecognizer(
-        dim, tok.vocab_size, a.hidden, a.conv_channels, a.layers, mean, std, subsample=a.subsample
-    )
     model.to(a.device)
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=1e-2)
+    opt = torch.optim.AdamW(
+        [
+            dict(params=g, lr=lr, weight_decay=1e-2 if k == 0 else 0.0)
+            for k, (g, lr) in enumerate(zip(su["groups"], su["lrs"]))
+        ]
+    )
     total_dur = sum(c.duration for c in train_cuts)
     steps_per_epoch = max(1, math.ceil(total_dur / a.max_duration))
     total = steps_per_epoch * a.epochs
     if a.max_steps:
         total = min(total, a.max_steps)
     sched = torch.optim.lr_scheduler.OneCycleLR(
-        opt, max_lr=a.lr, total_steps=total + 1, pct_start=0.15
+        opt, max_lr=su["lrs"], total_steps=total + 1, pct_start=0.15
     )
     ctc = torch.nn.CTCLoss(blank=0, zero_infinity=True)
-    losses, dev_hist = [], []
+    losses, dev_hist, step_s, fe_s, grads, skipped = [], [], [], [], [], 0
     best = (float("inf"), None)
     step = 0
     stop = False
@@ -345,14 +424,38 @@ def train_one(spec: str, splits, noise, a, tok) -> dict:
         dl = loader(train_cuts, strategy, a.max_duration, True, a.seed + epoch)
         dl.sampler.set_epoch(epoch)
         for batch in dl:
-            x, lens, _, ys, ylens = batch_tensors(batch, tok)
-            lp, olens = model(x.to(a.device), lens.to(a.device))
-            loss = ctc(lp.transpose(0, 1), ys, olens, ylens)
+            t0 = time.perf_counter()
+            x, lens, _, ys, ylens = batch_tensors(batch, tok, audio=audio)
+            x, lens = x.to(a.device), lens.to(a.device)
             opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            if fe is None:
+                lp, olens = model(x, lens)
+                loss = ctc(lp.transpose(0, 1), ys, olens, ylens)
+                loss.backward()
+            else:
+                # the front end's forward and backward timed on their own: the network's
+                # backward stops at the (detached) features, then the front end's runs
+                tf = time.perf_counter()
+                feats, flens = fe(x, lens)
+                tf = time.perf_counter() - tf
+                fd = feats.detach().requires_grad_(True)
+                lp, olens = model.rec(model.norm(fd), flens)
+                loss = ctc(lp.transpose(0, 1), ys, olens, ylens)
+                loss.backward()
+                tb = time.perf_counter()
+                feats.backward(fd.grad)
+                fe_s.append(tf + time.perf_counter() - tb)
+                g = frontend_grads(fe)
+                grads.append(g)
+                if not all(math.isfinite(v) for v in g.values()):
+                    skipped += 1  # a non-finite front-end gradient: this step is not taken
+                    log.warning("step %d: non-finite front-end gradient %s", step, g)
+                    opt.zero_grad()
+            for grp in su["groups"]:
+                torch.nn.utils.clip_grad_norm_(grp, 5.0)
             opt.step()
             sched.step()
+            step_s.append(time.perf_counter() - t0)
             losses.append(float(loss.detach()))
             step += 1
             bar.update(1)
@@ -361,15 +464,16 @@ def train_one(spec: str, splits, noise, a, tok) -> dict:
             if step >= total or (a.max_minutes and minutes > a.max_minutes):
                 stop = True
                 break
-        dcer = evaluate(model, cs["dev"], strategy, a, tok)["cer"]
+        dcer = evaluate(model, cs["dev"], strategy, a, tok, audio)["cer"]
         dev_hist.append(dcer)
         log.info(
-            "%s epoch %d step %d loss %.3f dev CER %.3f",
+            "%s epoch %d step %d loss %.3f dev CER %.3f (%.2f s/step)",
             tag,
             epoch,
             step,
             np.mean(losses[-steps_per_epoch:]),
             dcer,
+            np.mean(step_s[-steps_per_epoch:]),
         )
         if dcer < best[0]:
             best = (dcer, {k: v.clone() for k, v in model.state_dict().items()})
@@ -382,25 +486,52 @@ def train_one(spec: str, splits, noise, a, tok) -> dict:
     res = dict(
         feature=spec,
         tag=tag,
-        dim=dim,
-        input_strategy=a.input_strategy,
+        dim=su["dim"],
+        input_strategy=su["input_strategy"],
         steps=step,
         epochs=epoch + 1,
         losses=losses,
         dev_cer=dev_hist,
         feature_seconds=t_feats,
         train_seconds=t_train,
+        step_seconds=float(np.median(step_s)),
+        batch_audio_seconds=a.max_duration,
         test={},
     )
+    if fe is not None:
+        res.update(
+            frontend_seconds=float(np.median(fe_s)),
+            frontend_grad_abs_sum=grads,
+            skipped_steps=skipped,
+            frontend_params={
+                k: v.detach().cpu().flatten().tolist()
+                for k, v in (
+                    ("fc", fe.model.filterbank.fc),
+                    ("erb_scale", fe.model.filterbank.erb_scale),
+                    ("tau", fe.model.adaptation.tau),
+                )
+            },
+            fc_change_rel_max=float(
+                (
+                    fe.model.filterbank.fc.detach()
+                    / fe.model.filterbank.parametrizations.fc[0].init
+                    - 1
+                )
+                .abs()
+                .max()
+            ),
+        )
     # clean and noisy test conditions
     conds = [("clean", cs["test"])] + [
         (f"snr{snr:g}", mix_with_noise(cs["test"], cs["noise"], [snr], a.seed + 100 + i))
         for i, snr in enumerate(a.snrs)
     ]
+    pre = not audio and a.input_strategy == "precomputed"
     for name, cuts in conds:
-        r = evaluate(model, cuts, strategy, a, tok)
+        r = evaluate(model, cuts, strategy, a, tok, audio)
         entry = {"cer": r["cer"], "blank_cer": 1.0, "examples": r["examples"]}
         if pre and a.exact_mix_eval and name != "clean":
+            ex = su["extractor"]
             raw = mix_with_noise(
                 resample_like(splits["test"], ex),
                 resample_like(noise, ex),
@@ -425,11 +556,11 @@ def resample_like(cuts: CutSet, ex) -> CutSet:
 
 
 @torch.no_grad()
-def evaluate(model, cuts: CutSet, strategy, a, tok) -> dict:
+def evaluate(model, cuts: CutSet, strategy, a, tok, audio: bool = False) -> dict:
     model.eval()
     refs, hyps = [], []
     for batch in loader(cuts, strategy, a.max_duration, False, 0):
-        x, lens, texts, _, _ = batch_tensors(batch, tok)
+        x, lens, texts, _, _ = batch_tensors(batch, tok, audio=audio)
         lp, olens = model(x.to(a.device), lens.to(a.device))
         hyps += [tok.decode(h) for h in greedy_decode(lp, olens)]
         refs += texts
@@ -438,88 +569,184 @@ def evaluate(model, cuts: CutSet, strategy, a, tok) -> dict:
 
 
 # ------------------------------------------------------------------------------- learnable
-class AuditoryFrontEnd(torch.nn.Module):
-    """``Dau1997(learnable=True)`` up to the adaptation loops, mean-pooled to 10-ms frames."""
+LEARNABLE = "dau1997-learnable"
 
-    def __init__(self, fs: int, flow: float, fhigh: float) -> None:
+
+class _Relative(torch.nn.Module):
+    """Parametrisation ``value = init * exp(v)`` (``v`` starts at 0): optimizer steps are
+    relative changes, signs and zeros of ``init`` are kept (real or complex)."""
+
+    def __init__(self, init: torch.Tensor) -> None:
         super().__init__()
+        self.register_buffer("init", init.detach().clone())
+
+    def forward(self, v: torch.Tensor) -> torch.Tensor:
+        return self.init * torch.exp(v)
+
+    def right_inverse(self, value: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(value)
+
+
+class _StablePoles(torch.nn.Module):
+    """Parametrisation of complex poles ``r exp(i theta)`` by a complex ``u`` (starts at 0):
+    ``1 - r = (1 - r0) exp(Re u)`` and ``theta = theta0 exp(Im u)``: steps are relative
+    changes of bandwidth and centre frequency, and ``r < 1`` (stable) while
+    ``Re u < -log(1 - r0)``."""
+
+    def __init__(self, init: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("gap", (1 - init.detach().abs()).clone())
+        self.register_buffer("theta", init.detach().angle().clone())
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        r = 1 - self.gap * torch.exp(u.real)
+        th = self.theta * torch.exp(u.imag)
+        return torch.complex(r * torch.cos(th), r * torch.sin(th))
+
+    def right_inverse(self, value: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(value)
+
+
+class AuditoryFrontEnd(torch.nn.Module):
+    """The whole ``Dau1997(fs, flow, fhigh, learnable=True)`` (gammatone filterbank, IHC,
+    adaptation loops, modulation filterbank) on raw audio, mean-pooled to 10-ms frames.
+
+    ``forward(audio (B, T), lengths (B,) samples)`` returns ``(B, F, D)`` features, ``D =
+    sum over channels of their modulation bands`` (248 at the defaults, the columns of the
+    ``amt-dau1997`` extractor in its compact layout), and the frame counts ``F_b =
+    compute_num_frames_from_samples(lengths[b])``. Frame ``j`` is the mean of the model
+    output over samples ``[j hop, (j + 1) hop)`` cut at the item's end, so at the initial
+    parameters the features equal the extractor's (up to float32 vs float64 recursions).
+    Audio is on the AMT level scale (rms 1 = 100 dB SPL), as the extractor's default.
+
+    Every parameter is re-parametrised for the optimizer (``torch.nn.utils.parametrize``):
+    centre frequencies, bandwidth scales, loop time constants, IHC coefficients and
+    modulation gains as ``init * exp(v)``, modulation poles by log-bandwidth and
+    log-frequency (always stable), so one learning rate is a relative step for all.
+    """
+
+    def __init__(self, fs: int, flow: float, fhigh: float, frame_shift: float = 0.01) -> None:
+        super().__init__()
+        from torch.nn.utils import parametrize
+
         self.model = lhotse_amt.Dau1997(fs, flow=flow, fhigh=fhigh, learnable=True)
-        self.hop = fs // 100
+        self.fs = int(fs)
+        self.hop = int(round(frame_shift * fs))
+        for mod_name, par in [
+            (n.rsplit(".", 1)[0], n.rsplit(".", 1)[1])
+            for n, _ in list(self.model.named_parameters())
+        ]:
+            mod = self.model.get_submodule(mod_name)
+            init = getattr(mod, par)
+            fn = _StablePoles(init) if par == "poles" else _Relative(init)
+            parametrize.register_parametrization(mod, par, fn)
+        mfc = self.model.modulation.mfc_padded.detach()
+        self.register_buffer("cols", torch.nonzero(~torch.isnan(mfc.reshape(-1)))[:, 0])
+
+    @property
+    def num_features(self) -> int:
+        return int(self.cols.numel())
+
+    def num_frames(self, lengths: torch.Tensor) -> torch.Tensor:
+        return (lengths + self.hop // 2) // self.hop  # compute_num_frames_from_samples
+
+    def forward(
+        self, audio: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        out, _ = self.model.stream(audio, upto="modulation")
+        y = out["modulation"]  # (B, C, M, T) model units
+        B, C, M, T = y.shape
+        y = y.reshape(B, C * M, T).index_select(1, self.cols)
+        nf = -(-T // self.hop)
+        y = torch.nn.functional.pad(y, (0, nf * self.hop - T))
+        valid = torch.arange(nf * self.hop, device=y.device)[None] < lengths[:, None]
+        valid = valid.to(y.dtype).reshape(B, 1, nf, self.hop)
+        s = (y.reshape(B, -1, nf, self.hop) * valid).sum(-1)
+        f = s / valid.sum(-1).clamp(min=1.0)
+        return f.transpose(1, 2), self.num_frames(lengths).clamp(min=1, max=nf)
+
+
+class FeatureNorm(torch.nn.Module):
+    """Learned per-feature normalisation ``(x - (m0 + s0 b)) / (s0 exp(g))`` of ``(B, F, D)``
+    features, ``b`` and ``g`` starting at 0: at the start it is the fixed-feature runs'
+    global mean/variance normalisation (``m0``, ``s0``: statistics of the initial front
+    end's features on the train cuts); training moves offset and scale in units of
+    ``s0`` (a learned affine, unlike BatchNorm no batch statistics at test time)."""
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("mean", mean.float())
+        self.register_buffer("std", std.float())
+        self.shift = torch.nn.Parameter(torch.zeros_like(self.mean))
+        self.log_scale = torch.nn.Parameter(torch.zeros_like(self.mean))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean - self.std * self.shift) / (self.std * torch.exp(self.log_scale))
+
+
+class LearnableRecognizer(torch.nn.Module):
+    """Front end -> :class:`FeatureNorm` -> the recognizer (its own normalisation the
+    identity). ``forward(audio (B, T), lengths (B,) samples)`` -> log-probs, lengths."""
+
+    def __init__(self, frontend: AuditoryFrontEnd, norm: FeatureNorm, rec) -> None:
+        super().__init__()
+        self.frontend, self.norm, self.rec = frontend, norm, rec
 
     def forward(self, audio: torch.Tensor, lengths: torch.Tensor):
-        out, _ = self.model.stream(audio, upto="adaptation")
-        y = out["adaptation"]  # (B, C, T) model units
-        nf = y.shape[-1] // self.hop
-        f = y[..., : nf * self.hop].reshape(*y.shape[:2], nf, self.hop).mean(-1)
-        return f.transpose(1, 2) / 50.0, (lengths // self.hop).clamp(min=1, max=nf)
+        feats, flens = self.frontend(audio, lengths)
+        return self.rec(self.norm(feats), flens)
 
 
-def train_learnable(splits, a, tok) -> dict:
-    """A few steps with the auditory front end inside the model; checks the gradients."""
-    cuts = splits["train"].filter(lambda c: c.duration <= a.learnable_max_cut).to_eager()
-    if len(cuts) < a.learnable_batch:
-        cuts = splits["train"].sort_by_duration(ascending=True)
-    cuts = cuts.resample(a.learnable_fs).subset(first=a.learnable_batch * a.learnable_steps)
-    torch.manual_seed(a.seed)
-    fe = AuditoryFrontEnd(a.learnable_fs, a.learnable_flow, a.learnable_fhigh)
-    rec = CTCRecognizer(fe.model.num_channels, tok.vocab_size, 32, 32, 1)
-    params = list(fe.parameters()) + list(rec.parameters())
-    opt = torch.optim.Adam(params, lr=1e-3)
-    ctc = torch.nn.CTCLoss(blank=0, zero_infinity=True)
-    ds = K2SpeechRecognitionDataset(input_strategy=AudioSamples(), return_cuts=True)
-    sampler = SimpleCutSampler(cuts, max_cuts=a.learnable_batch, shuffle=False)
-    dl = DataLoader(ds, sampler=sampler, batch_size=None)
-    res = dict(
-        losses=[],
-        fc_grad_abs_sum=[],
-        seconds=[],
-        fs=a.learnable_fs,
-        channels=int(fe.model.num_channels),
-    )
-    fc0 = fe.model.filterbank.fc.detach().clone()
-    for step, batch in enumerate(
-        tqdm(dl, desc="learnable front end", total=a.learnable_steps, disable=a.quiet)
+@torch.no_grad()
+def frontend_stats(fe: AuditoryFrontEnd, cuts: CutSet, a, limit: int = 300) -> tuple:
+    """Per-feature mean and standard deviation of the front end's features over (up to
+    ``limit``) train cuts (as :func:`norm_stats` for the fixed features)."""
+    s = s2 = None
+    n = 0
+    sub = cuts.subset(first=min(limit, len(cuts)))
+    for batch in tqdm(
+        loader(sub, AudioSamples(), a.max_duration, False, 0),
+        desc="front-end stats",
+        disable=a.quiet,
+        leave=False,
     ):
-        if step >= a.learnable_steps:
-            break
-        t0 = time.perf_counter()
-        x = batch["inputs"]
-        lens = torch.tensor([c.num_samples for c in batch["supervisions"]["cut"]])
-        _, _, _, ys, ylens = batch_tensors(batch, tok, audio=True)
-        feats, flens = fe(x, lens)
-        lp, olens = rec(feats, flens)
-        loss = ctc(lp.transpose(0, 1), ys, olens, ylens)
-        opt.zero_grad()
-        loss.backward()
-        g = fe.model.filterbank.fc.grad
-        assert g is not None and bool(torch.isfinite(g).all()) and float(g.abs().sum()) > 0, (
-            "no gradient reached the gammatone centre frequencies"
-        )
-        opt.step()
-        res["losses"].append(float(loss.detach()))
-        res["fc_grad_abs_sum"].append(float(g.abs().sum()))
-        res["seconds"].append(time.perf_counter() - t0)
-        log.info(
-            "learnable step %d loss %.3f |d loss / d fc| %.3g (%.1f s)",
-            step,
-            float(loss.detach()),
-            float(g.abs().sum()),
-            res["seconds"][-1],
-        )
-    res["fc_change_hz_max"] = float((fe.model.filterbank.fc.detach() - fc0).abs().max())
-    res["grad_params"] = sorted(n for n, p in fe.model.named_parameters() if p.grad is not None)
-    return res
+        x, lens, _, _, _ = batch_tensors(batch, CharTokenizer(), audio=True)
+        f, fl = fe(x, lens)
+        m = (torch.arange(f.shape[1])[None] < fl[:, None]).to(torch.float64)[..., None]
+        f = f.double() * m
+        s = f.sum((0, 1)) if s is None else s + f.sum((0, 1))
+        s2 = (f**2).sum((0, 1)) if s2 is None else s2 + (f**2).sum((0, 1))
+        n += int(fl.sum())
+    mean = s / n
+    std = torch.sqrt(torch.clamp(s2 / n - mean**2, min=1e-8))
+    std = torch.maximum(std, 1e-3 * std.max())
+    return mean.float(), std.float()
+
+
+def frontend_grads(fe: AuditoryFrontEnd) -> dict[str, float]:
+    """Sum of |gradient| per front-end parameter (the parametrisations' originals, named by
+    the model parameter: ``filterbank.fc``, ``modulation.poles``, ...); NaN where a
+    gradient is not finite, 0 where none arrived."""
+    out = {}
+    for n, p in fe.model.named_parameters():
+        name = n.replace("parametrizations.", "").replace(".original", "")
+        g = p.grad
+        if g is None:
+            out[name] = 0.0
+        else:
+            out[name] = float(g.abs().sum()) if bool(torch.isfinite(g).all()) else float("nan")
+    return out
 
 
 # ------------------------------------------------------------------------------- report
 def report(results: list[dict], a) -> str:
     conds = ["clean"] + [f"snr{s:g}" for s in a.snrs]
     head = (
-        "| features | dim | input | steps | "
+        "| features | dim | input | steps | s/step | "
         + " | ".join("clean" if c == "clean" else f"SNR {c[3:]} dB" for c in conds)
         + " |"
     )
-    lines = [head, "|" + "---|" * (4 + len(conds))]
+    lines = [head, "|" + "---|" * (5 + len(conds))]
     for r in results:
         cells = []
         for c in conds:
@@ -530,14 +757,14 @@ def report(results: list[dict], a) -> str:
             cells.append(s)
         lines.append(
             f"| {r['feature']} | {r['dim']} | {r['input_strategy']} | {r['steps']} | "
-            + " | ".join(cells)
-            + " |"
+            f"{r['step_seconds']:.2f} | " + " | ".join(cells) + " |"
         )
     lines.append("")
     lines.append(
         "CER in %, greedy CTC decoding; predicting only blanks gives 100 %. "
         "In parentheses: features of the mixed audio (exact) instead of the lazy "
-        "feature-domain mix of the stored features."
+        "feature-domain mix of the stored features. dau1997-learnable: raw audio (the noisy "
+        "conditions are the mixed audio, exact). s/step: median wall time of a training step."
     )
     return "\n".join(lines) + "\n"
 
@@ -581,20 +808,27 @@ def main(argv: list[str] | None = None) -> dict:
     tok = CharTokenizer()
     splits, noise = load_data(a)
     results = []
-    for spec in a.features:
+    out: dict = {"args": {k: str(v) for k, v in vars(a).items()}, "results": results}
+    for spec in list(a.features) + ([LEARNABLE] if a.learnable_frontend else []):
         results.append(train_one(spec, splits, noise, a, tok))
-        out = {"args": {k: str(v) for k, v in vars(a).items()}, "results": results}
         (a.exp_dir / "results.json").write_text(json.dumps(out, indent=1))
     md = report(results, a)
-    if a.learnable_frontend:
-        lr = train_learnable(splits, a, tok)
-        out["learnable_frontend"] = lr
+    for r in results:
+        if "frontend_grad_abs_sum" not in r:
+            continue
+        g0 = r["frontend_grad_abs_sum"][0]
+        bad = {k: v for k, v in g0.items() if not math.isfinite(v)}
+        assert not bad, f"non-finite front-end gradients at the first step: {bad}"
+        assert g0["filterbank.fc"] > 0, "no gradient reached the gammatone centre frequencies"
         md += (
-            f"\nDifferentiable front end (Dau1997 learnable, {lr['channels']} channels at "
-            f"{lr['fs']} Hz): losses {', '.join(f'{v:.2f}' for v in lr['losses'])}; "
-            f"sum |dL/d fc| per step {', '.join(f'{v:.3g}' for v in lr['fc_grad_abs_sum'])}; "
-            f"{np.mean(lr['seconds']):.1f} s per step; parameters with gradients: "
-            f"{', '.join(lr['grad_params'])}.\n"
+            f"\nLearnable front end: {r['dim']} features at {a.learnable_fs} Hz; "
+            f"{r['step_seconds']:.2f} s per training step of {a.max_duration:g} s of audio "
+            f"(median), of which front end forward + backward {r['frontend_seconds']:.2f} s; "
+            f"{r['skipped_steps']} steps skipped (non-finite gradient); largest relative "
+            f"change of a centre frequency {100 * r['fc_change_rel_max']:.2f} %; sum "
+            "|gradient| per parameter at the first step: "
+            + ", ".join(f"{k} {v:.3g}" for k, v in g0.items())
+            + ".\n"
         )
     (a.exp_dir / "results.json").write_text(json.dumps(out, indent=1))
     (a.exp_dir / "results.md").write_text(md)
