@@ -53,10 +53,10 @@ class StreamingModel(nn.Module):
     _init_kwargs: dict[str, Any]
 
     def _prepare(self, x: Tensor, min_samples: int = 1) -> tuple[Tensor, bool]:
-        refuse_jit_trace(type(self).__name__)
         """Check ``forward``'s input (``(T,)`` or ``(B, T)``, real floating point, finite;
         integer PCM is an error) and move it to the model's device and dtype; returns the
         ``(B, T)`` tensor and whether the batch axis was added."""
+        refuse_jit_trace(type(self).__name__)
         x = as_float_tensor(x)
         check_signal(x, min_samples=min_samples, max_dim=2, what=f"{type(self).__name__} input")
         squeeze = x.dim() == 1
@@ -82,18 +82,20 @@ class StreamingModel(nn.Module):
             self.__dict__["_band_counts_cache"] = counts
         return counts
 
-    def _fused_inference(self, x: Tensor) -> bool:
-        """Whether the fused no-grad CPU chain runs this call (the one place that decides
-        it): eager CPU inference without ``return_stages``. Under autograd, on CUDA and
-        while ``torch.compile``/``torch.export`` trace the model, the stages run as the
+    def _eager_cpu_inference(self, x: Tensor) -> bool:
+        """Whether this call is eager CPU inference, where the fused no-grad CPU kernels
+        may run (the one place that decides it). Under autograd, on CUDA and while
+        ``torch.compile``/``torch.export`` trace the model, the stages run as the
         registered operators (:mod:`lhotse_amt.ops`), which have compiled backward
         kernels and fake implementations."""
         return (
-            not self.return_stages
-            and x.device.type == "cpu"
-            and not torch.compiler.is_compiling()
-            and not self._needs_grad(x)
+            x.device.type == "cpu" and not torch.compiler.is_compiling() and not self._needs_grad(x)
         )
+
+    def _fused_inference(self, x: Tensor) -> bool:
+        """Whether the whole fused chain runs: eager CPU inference without
+        ``return_stages``."""
+        return not self.return_stages and self._eager_cpu_inference(x)
 
     @staticmethod
     def _itemwise(x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:

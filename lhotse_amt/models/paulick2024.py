@@ -357,9 +357,7 @@ class Paulick2024(StreamingModel):
     # ------------------------------------------------------------------ processing
     def _fused_ok(self, x: Tensor) -> bool:
         """The compiled DRNL -> IHC -> adaptation pass applies (CPU inference)."""
-        return (
-            x.device.type == "cpu" and not torch.compiler.is_compiling() and not self._needs_grad(x)
-        )
+        return self._eager_cpu_inference(x)
 
     def _adapt_constants(self, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, float, float]:
         ad = self.adaptation

@@ -26,22 +26,11 @@ from torch import Tensor
 
 from ..kernels import ihc_paulick_grad as _cpu
 from ..kernels.ihc_paulick_grad import IHC_STEP_KEYS
+from .recursions import _gpu, _incoming, _sum_rows
 
 __all__ = ["IHC_STEP_KEYS", "ihc_paulick_rows", "ihc_paulick_recursion"]
 
 _LIB = "lhotse_amt"
-
-
-def _gpu():
-    from ..kernels import triton_autodiff
-
-    return triton_autodiff
-
-
-def _sum_rows(g: Tensor, rows: Tensor, n: int, dtype: torch.dtype) -> Tensor:
-    """Sum per-output-row gradients ``g (R, ...)`` into ``n`` rows by ``rows (R,)``."""
-    out = g.new_zeros((n, *g.shape[1:]))
-    return out.index_add_(0, rows, g).to(dtype)
 
 
 @torch.library.custom_op(f"{_LIB}::ihc_paulick", mutates_args=(), device_types="cpu")
@@ -133,8 +122,7 @@ def _setup(ctx: Any, inputs: tuple, output: tuple) -> None:
 def _backward(ctx: Any, gy: Tensor, gzf: Tensor, _gck: Tensor):
     x, xrow, consts, crow, zi, ck = ctx.saved_tensors
     want_x, want_c = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
-    gy = gy.contiguous() if gy is not None else x.new_zeros((xrow.shape[0], x.shape[1]))
-    gzf = gzf.contiguous() if gzf is not None else torch.zeros_like(zi)
+    gy, gzf = _incoming(gy, gzf, x, xrow, zi)
     gxr, gcr, gzi = _ihc_paulick_backward(gy, gzf, x, xrow, consts, crow, zi, ck, want_x, want_c)
     gx = _sum_rows(gxr, xrow, x.shape[0], x.dtype) if want_x else None
     gc = _sum_rows(gcr, crow, consts.shape[0], consts.dtype) if want_c else None

@@ -43,6 +43,16 @@ def _blocks(T: int) -> int:
     return (T + _cpu.CHECKPOINT_BLOCK - 1) // _cpu.CHECKPOINT_BLOCK
 
 
+def _incoming(
+    gy: Tensor | None, gzf: Tensor | None, x: Tensor, xrow: Tensor, zi: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The gradients arriving at an operator's signal and final-state outputs, dense and
+    contiguous (zeros for an output that received none)."""
+    gy = gy.contiguous() if gy is not None else x.new_zeros((xrow.shape[0], x.shape[1]))
+    gzf = gzf.contiguous() if gzf is not None else torch.zeros_like(zi)
+    return gy, gzf
+
+
 def _sum_rows(g: Tensor, rows: Tensor, n: int, dtype: torch.dtype) -> Tensor:
     """Sum per-output-row gradients ``g (R, ...)`` into ``n`` rows by ``rows (R,)``."""
     out = g.new_zeros((n, *g.shape[1:]))
@@ -121,8 +131,7 @@ def _sos_setup(ctx, inputs, output) -> None:
 def _sos_backward(ctx, gy: Tensor, gzf: Tensor, _gck: Tensor):
     x, xrow, sos, crow, zi, ck = ctx.saved_tensors
     want_x, want_c = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
-    gy = gy.contiguous() if gy is not None else x.new_zeros((xrow.shape[0], x.shape[1]))
-    gzf = gzf.contiguous() if gzf is not None else torch.zeros_like(zi)
+    gy, gzf = _incoming(gy, gzf, x, xrow, zi)
     gxr, gsr, gzi = _sosfilt_backward(gy, gzf, x, xrow, sos, crow, zi, ck, want_x, want_c)
     gx = _sum_rows(gxr, xrow, x.shape[0], x.dtype) if want_x else None
     gs = _sum_rows(gsr, crow, sos.shape[0], sos.dtype) if want_c else None
@@ -211,8 +220,7 @@ def _res_backward(ctx, gy: Tensor, gzf: Tensor, _gck: Tensor):
     x, xrow, pole, gain, mode, crow, zi, ck = ctx.saved_tensors
     want_x = ctx.needs_input_grad[0]
     want_c = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
-    gy = gy.contiguous() if gy is not None else x.new_zeros((xrow.shape[0], x.shape[1]))
-    gzf = gzf.contiguous() if gzf is not None else torch.zeros_like(zi)
+    gy, gzf = _incoming(gy, gzf, x, xrow, zi)
     gxr, gpr, ggr, gzi = _resonator_backward(
         gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, want_x, want_c
     )
@@ -319,8 +327,7 @@ def _adapt_backward(ctx, gy: Tensor, gzf: Tensor, _gck: Tensor):
     x, xrow, a, m, crow, zi, ck = ctx.saved_tensors
     want_x = ctx.needs_input_grad[0]
     want_c = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
-    gy = gy.contiguous() if gy is not None else x.new_zeros((xrow.shape[0], x.shape[1]))
-    gzf = gzf.contiguous() if gzf is not None else torch.zeros_like(zi)
+    gy, gzf = _incoming(gy, gzf, x, xrow, zi)
     gxr, gar, gmr, gzi = _adaptation_backward(
         gy, gzf, x, xrow, a, m, crow, ctx.minlvl, ctx.use_limit, zi, ck, want_x, want_c
     )
