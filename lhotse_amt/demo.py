@@ -99,7 +99,12 @@ def run_demo(out_dir: str | Path, models: list[str] | None = None) -> list[dict]
         first = next(iter(with_feats))
         feats = first.load_features()
         plot_features(
-            feats, ex.feature_names(), ex.frame_shift, out / f"{name}.png", f"{name}: {first.id}"
+            feats,
+            ex.feature_names(),
+            ex.frame_shift,
+            out / f"{name}.png",
+            f"{name}: {first.id}",
+            feature_type=name,
         )
         audio_s = sum(c.duration for c in cuts)
         summary.append(

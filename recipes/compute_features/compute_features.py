@@ -171,7 +171,7 @@ def plot_cuts(cuts: CutSet, extractor: FeatureExtractor, path: Path, n: int) -> 
     """One PNG with the features of the first ``n`` cuts side by side (a gap between)."""
     import numpy as np
 
-    from lhotse_amt.plotting import plot_features
+    from lhotse_amt.plotting import feature_units, plot_features
 
     sel = list(cuts.subset(first=n))
     mats = []
@@ -186,7 +186,8 @@ def plot_cuts(cuts: CutSet, extractor: FeatureExtractor, path: Path, n: int) -> 
         else [f"fc={i}Hz" for i in range(feats.shape[1])]  # bins of non-auditory features
     )
     title = f"{extractor.name}: " + ", ".join(c.id for c in sel)
-    plot_features(feats, names, extractor.frame_shift, path, title)
+    units = feature_units(extractor.name)[0] if extractor.name.startswith("amt-") else None
+    plot_features(feats, names, extractor.frame_shift, path, title, units=units)
 
 
 def run(args: argparse.Namespace) -> dict[str, dict[str, Path]]:
