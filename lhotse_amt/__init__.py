@@ -27,18 +27,16 @@ from .features import (
     AuditoryExtractor,
     Dau1997Config,
     Dau1997Extractor,
+    Glasberg2002Config,
+    Glasberg2002Extractor,
     King2019Config,
     King2019Extractor,
+    Moore2016Config,
+    Moore2016Extractor,
     Osses2021Config,
     Osses2021Extractor,
     Paulick2024Config,
     Paulick2024Extractor,
-)
-from .features.loudness import (
-    Glasberg2002Config,
-    Glasberg2002Extractor,
-    Moore2016Config,
-    Moore2016Extractor,
 )
 from .models import Dau1997
 from .models.glasberg2002 import Glasberg2002
@@ -46,7 +44,15 @@ from .models.king2019 import King2019
 from .models.moore2016 import Moore2016
 from .models.osses2021 import Osses2021
 from .models.paulick2024 import Paulick2024
-from .modules import DRNLFilterbank, IHCPaulick2024
+from .modules import (
+    DRNLFilterbank,
+    FastKing2019ModulationFilterbank,
+    FastModulationFilterbank,
+    IHCEnvelope,
+    IHCPaulick2024,
+    King2019ModulationFilterbank,
+    ModulationFilterbank,
+)
 from .padding import (
     PrecomputedAuditoryFeatures,
     collate_features,
@@ -73,7 +79,12 @@ __all__ = [
     "Paulick2024Config",
     "Paulick2024Extractor",
     "DRNLFilterbank",
+    "FastKing2019ModulationFilterbank",
+    "FastModulationFilterbank",
+    "IHCEnvelope",
     "IHCPaulick2024",
+    "King2019ModulationFilterbank",
+    "ModulationFilterbank",
     "__version__",
     "worker_init_fn",
     "empty_host_cache",

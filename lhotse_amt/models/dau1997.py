@@ -102,6 +102,7 @@ class Dau1997(StreamingModel):
         ihc_kwargs: dict | None = None,
         adaptation_kwargs: dict | None = None,
         modulation_kwargs: dict | None = None,
+        *,
         preset: str | None = None,
     ) -> None:
         init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}

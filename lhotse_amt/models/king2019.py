@@ -134,6 +134,7 @@ class King2019(StreamingModel):
         ihc_kwargs: dict | None = None,
         adaptation_kwargs: dict | None = None,
         modulation_kwargs: dict | None = None,
+        *,
         preset: str | None = None,
         phase_insensitive: bool = True,
         pi_cutoff: float = 10.0,

@@ -128,6 +128,7 @@ class Osses2021(StreamingModel):
         ihc_kwargs: dict | None = None,
         adaptation_kwargs: dict | None = None,
         modulation_kwargs: dict | None = None,
+        *,
         preset: str | None = None,
         compensation: str | None = None,
     ) -> None:

@@ -76,6 +76,7 @@ from ..modules.drnl import DRNLFilterbank
 from ..modules.ihc_paulick import IHCPaulick2024
 from ..modules.modulation import ModulationFilterbank
 from ._base import StreamingModel
+from ._decision import DecisionMixin
 
 __all__ = ["Paulick2024", "CASPEarFilter", "FIRDecimator", "casp_ear_fir"]
 
@@ -234,7 +235,7 @@ class FIRDecimator(nn.Module):
         return (y, new) if return_state else y
 
 
-class Paulick2024(StreamingModel):
+class Paulick2024(DecisionMixin, StreamingModel):
     """Paulick et al. (2024) revised CASP model (torch_amt-compatible constructor).
 
     Args:
@@ -281,6 +282,7 @@ class Paulick2024(StreamingModel):
         ihc_kwargs: dict | None = None,
         adaptation_kwargs: dict | None = None,
         modulation_kwargs: dict | None = None,
+        *,
         resample_factor: int = 4,
     ) -> None:
         super().__init__()

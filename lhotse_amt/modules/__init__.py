@@ -8,21 +8,45 @@ from .ear import HeadphoneFilter, MiddleEarFilter
 from .gammatone import GammatoneFilterbank
 from .ihc import IHCEnvelope
 from .ihc_paulick import IHCPaulick2024
-from .king2019_modulation import ButterworthFilter, King2019ModulationFilterbank
-from .modulation import ModulationFilterbank
+from .king2019_modulation import (
+    ButterworthFilter,
+    FastKing2019ModulationFilterbank,
+    King2019ModulationFilterbank,
+)
+from .loudness import (
+    BinauralInhibition,
+    ERBIntegration,
+    ExcitationPattern,
+    LoudnessAGC,
+    LoudnessIntegration,
+    MultiResolutionSpectrum,
+    OuterMiddleEarFilter,
+    SpecificLoudness,
+)
+from .modulation import FastModulationFilterbank, ModulationFilterbank
 
 __all__ = [
     "AdaptationLoops",
     "AdaptLoop",
+    "BinauralInhibition",
     "BrokenStickCompression",
     "ButterworthFilter",
     "DRNLFilterbank",
+    "ERBIntegration",
+    "ExcitationPattern",
+    "FastKing2019ModulationFilterbank",
+    "FastModulationFilterbank",
     "GammatoneFilterbank",
     "HeadphoneFilter",
     "IHCEnvelope",
     "IHCPaulick2024",
     "King2019ModulationFilterbank",
+    "LoudnessAGC",
+    "LoudnessIntegration",
     "MiddleEarFilter",
     "ModulationFilterbank",
+    "MultiResolutionSpectrum",
+    "OuterMiddleEarFilter",
     "PowerCompression",
+    "SpecificLoudness",
 ]

@@ -32,6 +32,7 @@ class IHCEnvelope(nn.Module):
         method: str = "dau1996",
         learnable: bool = False,
         dtype: torch.dtype = torch.float32,
+        *,
         iterations: int | None = None,
     ) -> None:
         super().__init__()

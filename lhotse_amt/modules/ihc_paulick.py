@@ -37,6 +37,7 @@ class IHCPaulick2024(nn.Module):
         fs: float,
         learnable: bool = False,
         dtype: torch.dtype = torch.float32,
+        *,
         precharge_duration: float = 0.05,
         constants: dict[str, float] | None = None,
     ) -> None:
@@ -76,13 +77,15 @@ class IHCPaulick2024(nn.Module):
 
     def forward(
         self,
-        x: Tensor,
+        vel: Tensor,
         state: Tensor | None = None,
         return_state: bool = False,
         backend: str = "auto",
     ) -> Tensor | tuple[Tensor, Tensor]:
+        """``vel``: basilar-membrane velocity ``(..., T)`` (the DRNL output, m/s); returns
+        the receptor potential ``(..., T)`` (V, relative to the pre-charged level)."""
         return ihc_paulick(
-            x,
+            vel,
             self.fs,
             self.constants(),
             state,

@@ -50,6 +50,7 @@ class ModulationFilterbank(nn.Module):
         filter_type: str = "efilt",
         learnable: bool = False,
         dtype: torch.dtype = torch.float32,
+        *,
         lp150: bool | None = None,
         max_bands: int | None = None,
     ) -> None:
@@ -159,3 +160,70 @@ class ModulationFilterbank(nn.Module):
             f"att_factor={self.att_factor:.4g}, lp150={self.use_lp150_prefilter}, "
             f"filter_type={self.filter_type!r}"
         )
+
+
+class FastModulationFilterbank(ModulationFilterbank):
+    """:class:`ModulationFilterbank` under the torch_amt name of its fast variant.
+
+    :class:`ModulationFilterbank` already runs every (channel, band) pair in one pass of
+    a compiled recursion (CPU) or kernel (GPU) with the exact coefficients, so this class
+    is the same computation: identical numbers, same speed. It accepts the torch_amt
+    constructor of ``FastModulationFilterbank`` (the :class:`ModulationFilterbank`
+    arguments plus ``tolerance``).
+
+    Args:
+        tolerance: torch_amt's number of decimals to which it rounds coefficients to group
+            filters (1, 2 or 3). No filter is grouped or rounded here, so it does not
+            change the output; it is checked and kept as :attr:`tolerance`.
+        other arguments: as :class:`ModulationFilterbank`.
+
+    Shapes: as :class:`ModulationFilterbank`.
+    """
+
+    def __init__(
+        self,
+        fs: float,
+        fc: Tensor | np.ndarray | list[float],
+        Q: float | None = None,
+        max_mfc: float | None = None,
+        lp_cutoff: float | None = None,
+        att_factor: float | None = None,
+        use_upper_limit: bool | None = None,
+        preset: str | None = None,
+        filter_type: str = "efilt",
+        learnable: bool = False,
+        dtype: torch.dtype = torch.float32,
+        *,
+        tolerance: int = 2,
+        lp150: bool | None = None,
+        max_bands: int | None = None,
+    ) -> None:
+        if isinstance(tolerance, bool) or not isinstance(tolerance, int) or tolerance < 0:
+            raise ValueError(
+                f"tolerance must be a non-negative int (decimal places), got {tolerance!r}"
+            )
+        super().__init__(
+            fs,
+            fc,
+            Q=Q,
+            max_mfc=max_mfc,
+            lp_cutoff=lp_cutoff,
+            att_factor=att_factor,
+            use_upper_limit=use_upper_limit,
+            preset=preset,
+            filter_type=filter_type,
+            learnable=learnable,
+            dtype=dtype,
+            lp150=lp150,
+            max_bands=max_bands,
+        )
+        self.tolerance = tolerance
+
+    @property
+    def total_filters(self) -> int:
+        """Number of (channel, band) pairs the bank computes."""
+        return int(self.n_bands.sum())
+
+    def distribute_gradients(self) -> None:
+        """No-op kept for torch_amt compatibility: every filter has its own coefficients
+        here, so ``backward()`` already gives each one its exact gradient."""

@@ -1,0 +1,332 @@
+"""The torch_amt surface of lhotse_amt: the 12 classes the torch_amt documentation defines
+(modulation filterbanks, complete models, IHC models) are importable from ``lhotse_amt``
+with the documented constructor parameters in the documented order, the Fast* classes
+give the numbers of their exact counterparts, and the documentation's code examples
+(``tests/data/torch_amt_examples/``) run with ``lhotse_amt`` in place of ``torch_amt``.
+Every example that does not, and every documented default that differs, must be listed
+(by id) in ``docs/torch_amt_compat.md`` with its reason."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import io
+import re
+import time
+import traceback
+from pathlib import Path
+
+import pytest
+import torch
+
+import lhotse_amt
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = Path(__file__).resolve().parent / "data" / "torch_amt_examples"
+COMPAT = ROOT / "docs" / "torch_amt_compat.md"
+
+#: Constructor signatures as the torch_amt API documentation gives them.
+DOCUMENTED = {
+    "ModulationFilterbank": "fs, fc, Q=2.0, max_mfc=150.0, lp_cutoff=2.5, att_factor=1.0, "
+    "use_upper_limit=False, preset=None, filter_type='efilt', learnable=False, "
+    "dtype=torch.float32",
+    "FastModulationFilterbank": "*args, tolerance=2, **kwargs",
+    "King2019ModulationFilterbank": "fs, mflow=2.0, mfhigh=150.0, qfactor=1.0, nmod=None, "
+    "learnable=False, dtype=torch.float32",
+    "FastKing2019ModulationFilterbank": "fs, mflow=2.0, mfhigh=150.0, qfactor=1.0, nmod=None, "
+    "learnable=False, dtype=torch.float32, ir_length_ratio=1.0",
+    "Dau1997": "fs, flow=80.0, fhigh=8000.0, learnable=False, return_stages=False, "
+    "dtype=torch.float32, filterbank_kwargs=None, ihc_kwargs=None, adaptation_kwargs=None, "
+    "modulation_kwargs=None",
+    "Glasberg2002": "fs=32000, learnable=False, return_stages=False, multi_fft_kwargs=None, "
+    "erb_kwargs=None, excitation_kwargs=None, specific_loudness_kwargs=None, "
+    "loudness_integration_kwargs=None",
+    "Moore2016": "fs=32000, learnable=False, return_stages=False, dtype=torch.float32, "
+    "outer_middle_ear_kwargs=None, spectrum_kwargs=None, excitation_kwargs=None, "
+    "specific_loudness_kwargs=None, temporal_integration_kwargs=None, "
+    "binaural_loudness_kwargs=None, ltl_agc_kwargs=None",
+    "King2019": "fs, flow=80.0, fhigh=8000.0, basef=None, compression_type='brokenstick', "
+    "compression_n=0.3, compression_knee_db=30.0, dboffset=100.0, adt_hp_fc=3.0, "
+    "adt_hp_order=1, mflow=2.0, mfhigh=150.0, modbank_nmod=None, modbank_qfactor=1.0, "
+    "lp_150hz=False, subfs=None, learnable=False, return_stages=False, dtype=torch.float32, "
+    "filterbank_kwargs=None, compression_kwargs=None, ihc_kwargs=None, adaptation_kwargs=None, "
+    "modulation_kwargs=None",
+    "Osses2021": "fs, flow=80.0, fhigh=8000.0, phase_type='minimum', learnable=False, "
+    "return_stages=False, dtype=torch.float32, headphone_kwargs=None, middleear_kwargs=None, "
+    "filterbank_kwargs=None, ihc_kwargs=None, adaptation_kwargs=None, modulation_kwargs=None",
+    "Paulick2024": "fs=44100, flow=125.0, fhigh=8000.0, n_channels=50, use_outerear=True, "
+    "learnable=False, return_stages=False, filter_type='efilt', dtype=torch.float32, "
+    "outerear_kwargs=None, drnl_kwargs=None, ihc_kwargs=None, adaptation_kwargs=None, "
+    "modulation_kwargs=None",
+    "IHCEnvelope": "fs, cutoff=None, order=1, method='dau1996', learnable=False, "
+    "dtype=torch.float32",
+    "IHCPaulick2024": "fs, learnable=False, dtype=torch.float32",
+}
+
+#: ``forward`` argument names as documented.
+DOCUMENTED_FORWARD = {name: "x" for name in DOCUMENTED}
+DOCUMENTED_FORWARD.update(Glasberg2002="audio", Moore2016="audio", IHCPaulick2024="vel")
+
+_NO_DEFAULT = object()
+
+
+def _parse_documented(name: str) -> list[tuple[str, object]]:
+    """``[(parameter, default or _NO_DEFAULT)]`` of a documented signature; a documented
+    ``*args, ..., **kwargs`` stands for the parent class's parameters, followed by the
+    keyword-only ones."""
+    sig = DOCUMENTED[name]
+    if sig.startswith("*args"):
+        parent = name.removeprefix("Fast")
+        return _parse_documented(parent) + _parse_documented_text(
+            "*, " + sig.removeprefix("*args, ").removesuffix(", **kwargs")
+        )
+    return _parse_documented_text(sig)
+
+
+def _parse_documented_text(sig: str) -> list[tuple[str, object]]:
+    args = ast.parse(f"def f({sig}): pass").body[0].args
+    out: list[tuple[str, object]] = []
+    pos = args.args
+    defaults = [_NO_DEFAULT] * (len(pos) - len(args.defaults)) + list(args.defaults)
+    for a, d in zip(pos, defaults):
+        out.append((a.arg, _eval_default(d)))
+    for a, d in zip(args.kwonlyargs, args.kw_defaults):
+        out.append((a.arg, _eval_default(d) if d is not None else _NO_DEFAULT))
+    return out
+
+
+def _eval_default(node: object) -> object:
+    if node is _NO_DEFAULT:
+        return node
+    return eval(compile(ast.Expression(node), "<documented>", "eval"), {"torch": torch})
+
+
+def _compat_ids() -> set[str]:
+    """The ids (in backticks) in the first column of the tables of the compatibility
+    document."""
+    ids: set[str] = set()
+    for line in COMPAT.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("|") or set(line) <= set("|-: "):
+            continue
+        first = line.split("|")[1]
+        ids.update(re.findall(r"`([^`]+)`", first))
+    return ids
+
+
+def test_compat_document_lists_reasons() -> None:
+    text = COMPAT.read_text(encoding="utf-8")
+    rows = [r for r in text.splitlines() if r.startswith("| `")]
+    assert rows, "no difference rows in docs/torch_amt_compat.md"
+    for row in rows:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        assert len(cells) >= 3 and all(cells[:3]), f"row without difference or reason: {row}"
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTED))
+def test_documented_class_importable(name: str) -> None:
+    cls = getattr(lhotse_amt, name)
+    assert inspect.isclass(cls) and issubclass(cls, torch.nn.Module)
+    assert name in lhotse_amt.__all__
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTED))
+def test_constructor_documented_order(name: str) -> None:
+    """The documented parameters come first, in the documented order and kind (positional
+    or keyword-only); every added parameter is keyword-only and after them. Defaults that
+    differ from the documented ones are listed in the compatibility document."""
+    params = list(inspect.signature(getattr(lhotse_amt, name)).parameters.values())
+    documented = _parse_documented(name)
+    assert [p.name for p in params[: len(documented)]] == [n for n, _ in documented]
+    doc_kwonly = {a.arg for a in _kwonly_of(name)}
+    for p in params[: len(documented)]:
+        want_kind = (
+            inspect.Parameter.KEYWORD_ONLY
+            if p.name in doc_kwonly
+            else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        )
+        assert p.kind == want_kind, f"{name}({p.name}) is {p.kind}, documented {want_kind}"
+    for p in params[len(documented) :]:
+        assert p.kind == inspect.Parameter.KEYWORD_ONLY, f"added {name}({p.name}) not kw-only"
+    listed = _compat_ids()
+    for p, (_, default) in zip(params, documented):
+        ours = p.default if p.default is not inspect.Parameter.empty else _NO_DEFAULT
+        if ours != default:
+            assert f"{name}({p.name}=)" in listed, (
+                f"{name}({p.name}=) default {ours!r} differs from the documented {default!r} "
+                "and is not listed in docs/torch_amt_compat.md"
+            )
+
+
+def _kwonly_of(name: str) -> list[ast.arg]:
+    sig = DOCUMENTED[name]
+    if sig.startswith("*args"):
+        sig = "*, " + sig.removeprefix("*args, ").removesuffix(", **kwargs")
+    return ast.parse(f"def f({sig}): pass").body[0].args.kwonlyargs
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTED))
+def test_forward_documented_argument(name: str) -> None:
+    params = list(inspect.signature(getattr(lhotse_amt, name).forward).parameters)
+    assert params[1] == DOCUMENTED_FORWARD[name]
+
+
+def test_ihc_paulick_forward_vel_keyword() -> None:
+    ihc = lhotse_amt.IHCPaulick2024(fs=16000, dtype=torch.float64)
+    vel = torch.randn(2, 3, 800, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(ihc(vel=vel * 1e-4), ihc(vel * 1e-4), rtol=0, atol=0)
+
+
+def _best_time(fn, repeats: int = 5) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+@pytest.mark.parametrize("preset", ["dau1997", "jepsen2008"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fast_modulation_filterbank_equals_exact(preset: str, dtype: torch.dtype) -> None:
+    fc = torch.linspace(100, 8000, 12)
+    x = torch.randn(2, 12, 4000, generator=torch.Generator().manual_seed(1), dtype=dtype)
+    exact = lhotse_amt.ModulationFilterbank(16000, fc, preset=preset, dtype=dtype)
+    for tolerance in (1, 2, 3):
+        fast = lhotse_amt.FastModulationFilterbank(
+            16000, fc, preset=preset, dtype=dtype, tolerance=tolerance
+        )
+        assert fast.tolerance == tolerance
+        for a, b in zip(fast(x), exact(x), strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert fast.total_filters == sum(len(m) for m in exact.mfc)
+
+
+def test_fast_modulation_filterbank_learnable_gradients() -> None:
+    fc = torch.linspace(500, 4000, 4)
+    x = torch.randn(1, 4, 2000, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    kw = dict(fs=16000, fc=fc, preset="dau1997", learnable=True, dtype=torch.float64)
+    exact, fast = lhotse_amt.ModulationFilterbank(**kw), lhotse_amt.FastModulationFilterbank(**kw)
+    for m in (exact, fast):
+        sum(y.square().sum() for y in m(x)).backward()
+    fast.distribute_gradients()
+    for (n, a), (_, b) in zip(fast.named_parameters(), exact.named_parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, msg=n)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fast_king2019_modulation_filterbank_equals_exact(dtype: torch.dtype) -> None:
+    x = torch.randn(2, 5, 24000, generator=torch.Generator().manual_seed(3), dtype=dtype)
+    exact = lhotse_amt.King2019ModulationFilterbank(48000, dtype=dtype)
+    for ratio in (1.0, 0.5):
+        fast = lhotse_amt.FastKing2019ModulationFilterbank(
+            48000, dtype=dtype, ir_length_ratio=ratio
+        )
+        assert fast.ir_length_ratio == ratio
+        torch.testing.assert_close(fast(x), exact(x), rtol=0, atol=0)
+    assert fast.sos_stack.shape == (fast.num_filters, 2, 6)
+
+
+def test_fast_classes_not_slower() -> None:
+    fc = torch.linspace(100, 8000, 31)
+    x = torch.randn(2, 31, 16000, generator=torch.Generator().manual_seed(4))
+    exact = lhotse_amt.ModulationFilterbank(16000, fc, preset="jepsen2008")
+    fast = lhotse_amt.FastModulationFilterbank(16000, fc, preset="jepsen2008")
+    assert _best_time(lambda: fast(x)) <= 1.5 * _best_time(lambda: exact(x))
+    xk = torch.randn(2, 31, 16000, generator=torch.Generator().manual_seed(5))
+    k_exact = lhotse_amt.King2019ModulationFilterbank(16000)
+    k_fast = lhotse_amt.FastKing2019ModulationFilterbank(16000)
+    assert _best_time(lambda: k_fast(xk)) <= 1.5 * _best_time(lambda: k_exact(xk))
+
+
+@pytest.mark.parametrize(
+    ("cls", "kwargs", "field"),
+    [
+        ("FastModulationFilterbank", dict(fs=16000, fc=[1000.0], tolerance=-1), "tolerance"),
+        ("FastModulationFilterbank", dict(fs=16000, fc=[1000.0], tolerance=1.5), "tolerance"),
+        ("FastKing2019ModulationFilterbank", dict(fs=16000, ir_length_ratio=0.0), "ir_length"),
+        ("FastKing2019ModulationFilterbank", dict(fs=16000, ir_length_ratio=2), "ir_length"),
+    ],
+)
+def test_fast_classes_reject_bad_options(cls: str, kwargs: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        getattr(lhotse_amt, cls)(**kwargs)
+
+
+# --------------------------------------------------------------------------- examples
+
+
+def _load_examples(name: str) -> list[tuple[str, str, list[str], list[str]]]:
+    """``[(id, title, code lines, expected output lines)]`` of one class's example file."""
+    out: list[tuple[str, str, list[str], list[str]]] = []
+    for line in (EXAMPLES / f"{name}.txt").read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            ex_id, title = line[3:].split(": ", 1)
+            out.append((ex_id, title, [], []))
+        elif line.startswith((">>>", "...")):
+            out[-1][2].append(line[4:] if len(line) > 3 else "")
+        elif out and line.strip():
+            out[-1][3].append(line)
+    return out
+
+
+def _as_lhotse_amt(code: str) -> str:
+    code = re.sub(
+        r"^(\s*)from torch_amt(\.[\w.]+)? import", r"\1from lhotse_amt import", code, flags=re.M
+    )
+    return re.sub(
+        r"^(\s*)import torch_amt\b", r"\1import lhotse_amt as torch_amt", code, flags=re.M
+    )
+
+
+def _check_outputs(printed: str, expected: list[str]) -> None:
+    """Documented shapes (``torch.Size``) must be printed as documented; documented stage
+    names must be among the printed ones. Other printed values (levels, counts of random
+    signals' outputs, parameter counts) are illustrations and not compared."""
+    lines = printed.splitlines()
+    for want in expected:
+        want = want.split("  #")[0].strip()
+        if "torch.Size(" in want:
+            assert want in lines, f"documented {want!r}, printed {lines}"
+        m = re.match(r"(Available stages: )(\[.*\])$", want)
+        if m:
+            got = [g for g in lines if g.startswith(m.group(1))]
+            assert got, f"no stage list printed; printed {lines}"
+            have = set(ast.literal_eval(got[0][len(m.group(1)) :]))
+            missing = set(ast.literal_eval(m.group(2))) - have
+            assert not missing, f"stages {sorted(missing)} missing from {sorted(have)}"
+
+
+def run_examples(name: str) -> dict[str, str]:
+    """Runs a class's examples in order in one namespace; returns ``{id: failure}`` for
+    every example that raises or prints other shapes/stages than documented."""
+    failures: dict[str, str] = {}
+    namespace: dict[str, object] = {"__name__": f"torch_amt_example_{name}"}
+    torch.manual_seed(0)
+    for ex_id, _, code, expected in _load_examples(name):
+        buf = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(buf), torch.random.fork_rng():
+                exec(compile(_as_lhotse_amt("\n".join(code)), ex_id, "exec"), namespace)
+            _check_outputs(buf.getvalue(), expected)
+        except Exception as e:  # noqa: BLE001 - the failure is reported by id
+            failures[ex_id] = f"{type(e).__name__}: {e}".splitlines()[0][:300] or (
+                traceback.format_exc(limit=1)
+            )
+    return failures
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTED))
+def test_documented_examples_run(name: str) -> None:
+    """Each example of the documentation runs with lhotse_amt and prints the documented
+    shapes, or it is listed (by id) in docs/torch_amt_compat.md; a listed example that
+    does run must be taken off the list."""
+    examples = _load_examples(name)
+    assert examples, f"no examples stored for {name}"
+    failures = run_examples(name)
+    listed = _compat_ids()
+    unlisted = {k: v for k, v in failures.items() if k not in listed}
+    assert not unlisted, f"examples fail and are not in docs/torch_amt_compat.md: {unlisted}"
+    stale = sorted(i for i, *_ in examples if i in listed and i not in failures)
+    assert not stale, f"examples listed in docs/torch_amt_compat.md now run: {stale}"
