@@ -261,7 +261,9 @@ class Paulick2024(DecisionMixin, StreamingModel):
 
     Input ``(T,)`` or ``(B, T)`` (level convention: module docstring). Output: list of
     ``num_channels`` tensors ``(B, M_c, ceil(T / R))`` (``(M_c, ...)`` for 1-D input), and
-    with ``return_stages`` the stage dict.
+    with ``return_stages`` the stage dict. The decision methods on that output
+    (``roi_selection``, ``compute_decision_variable``, ``detection_task``, …) are
+    :class:`~lhotse_amt.models._decision.DecisionMixin`'s.
     """
 
     stage_names = ("outerear", "drnl", "ihc", "adaptation", "resampled", "modulation")
