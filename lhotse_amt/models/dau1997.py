@@ -184,6 +184,11 @@ class Dau1997(StreamingModel):
             out["modulation"] = y
         return out, new
 
+    def distribute_gradients(self) -> None:
+        """torch_amt's training-loop hook, kept for compatibility: there it shares gradients
+        among the filters its ``FastModulationFilterbank`` groups. Every filter here has its
+        own coefficients and exact gradient, so it does nothing."""
+
     def forward(self, x: Tensor) -> list[Tensor] | tuple[list[Tensor], dict[str, Tensor]]:
         xb, squeeze = self._prepare(x)
         if self._fused_inference(xb):

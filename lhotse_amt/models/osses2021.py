@@ -266,6 +266,11 @@ class Osses2021(StreamingModel):
         out, _ = self.stream(x, state, upto)
         return out
 
+    def distribute_gradients(self) -> None:
+        """torch_amt's training-loop hook, kept for compatibility: there it shares gradients
+        among the filters its ``FastModulationFilterbank`` groups. Every filter here has its
+        own coefficients and exact gradient, so it does nothing."""
+
     def forward(self, x: Tensor) -> list[Tensor] | tuple[list[Tensor], dict[str, Tensor]]:
         xb, squeeze = self._prepare(x)
         if self._fused_inference(xb):
