@@ -27,7 +27,8 @@ from lhotse.features.io import available_storage_backends
 
 @cli.group(name="amt")
 def amt() -> None:
-    """Auditory-model commands (lhotse_amt)."""
+    """Auditory-model commands: list, describe, demo and plot the amt-* extractors, and
+    resumable feature extraction."""
 
 
 def _load_extractor(feature_config: str | None, name: str | None) -> FeatureExtractor:
@@ -88,28 +89,78 @@ def describe(name: str | None, feature_config: str | None, columns: bool) -> Non
 @amt.command()
 @click.argument("cutset", type=click.Path(exists=True, dir_okay=False))
 @click.argument("output_png", type=click.Path())
-@click.option("-f", "--feature-config", type=click.Path(exists=True, dir_okay=False))
-@click.option("-m", "--model", "name", default="amt-dau1997", show_default=True)
+@click.option(
+    "-f",
+    "--feature-config",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Extractor YAML: compute the features from the cut's audio with this config.",
+)
+@click.option(
+    "-m",
+    "--model",
+    "name",
+    default=None,
+    help="Extractor name (e.g. amt-king2019): compute its features from the audio unless the "
+    "cut stores features of this type. Default: the stored features' type.",
+)
 @click.option("--cut-id", default=None, help="Cut to plot (default: the first).")
 def plot(
-    cutset: str, output_png: str, feature_config: str | None, name: str, cut_id: str | None
+    cutset: str, output_png: str, feature_config: str | None, name: str | None, cut_id: str | None
 ) -> None:
-    """Plot a cut's features to a PNG (stored features if the cut has them, else computed)."""
+    """Plot a cut's auditory features to a PNG: the features stored with the cut (their
+    model is read from the manifest), or features computed from its audio with -m/-f (the
+    cut is resampled to the extractor's rate)."""
     from lhotse import CutSet
 
     from .plotting import plot_features
 
     cuts = CutSet.from_file(cutset)
+    if cut_id is not None and cut_id not in cuts.ids:
+        raise click.BadParameter(f"no cut {cut_id!r} in {cutset}", param_hint="--cut-id")
     cut = cuts[cut_id] if cut_id is not None else next(iter(cuts))
+    stored = cut.features.type if cut.has_features else None
+    if feature_config is None and name is None:
+        if stored is None:
+            raise click.UsageError(
+                f"cut {cut.id!r} has no stored features: give -m MODEL (see `lhotse-amt amt "
+                "list`) or -f CONFIG.yaml to compute them from its audio"
+            )
+        if stored not in FEATURE_EXTRACTORS or not stored.startswith("amt-"):
+            raise click.UsageError(
+                f"cut {cut.id!r} stores {stored!r} features, not auditory-model (amt-*) "
+                "features: give -m MODEL or -f CONFIG.yaml to compute them from its audio"
+            )
+        name = stored
     ex = _load_extractor(feature_config, None if feature_config else name)
-    if cut.has_features and cut.features.type == ex.name and feature_config is None:
+    if not ex.name.startswith("amt-") or not hasattr(ex, "feature_names"):
+        raise click.UsageError(f"{ex.name!r} is not an auditory-model (amt-*) extractor")
+    names = ex.feature_names()
+    if stored == ex.name and feature_config is None:
+        source = f"stored {stored} features"
         feats = cut.load_features()
+        if feats.shape[1] != len(names):
+            raise click.UsageError(
+                f"cut {cut.id!r} stores {feats.shape[1]} {stored} columns but its default "
+                f"config gives {len(names)}: pass the YAML the features were computed with "
+                "as -f CONFIG.yaml (they are then computed from the audio)"
+            )
     else:
-        feats = ex.extract(cut.load_audio(), cut.sampling_rate)
+        rate = ex.config.sampling_rate
+        source = f"{ex.name} features computed from the audio at {rate} Hz"
+        audio_cut = cut if cut.sampling_rate == rate else cut.resample(rate)
+        try:
+            feats = ex.extract(audio_cut.load_audio(), rate)
+        except ValueError as e:
+            raise click.ClickException(f"{ex.name} on cut {cut.id!r}: {e}") from e
     plot_features(
-        feats, ex.feature_names(), ex.frame_shift, output_png, title=f"{ex.name}: {cut.id}"
+        feats,
+        names,
+        ex.frame_shift,
+        output_png,
+        title=f"{ex.name}: {cut.id}",
+        feature_type=ex.name,
     )
-    click.echo(f"wrote {output_png}")
+    click.echo(f"wrote {output_png} ({source} of cut {cut.id})")
 
 
 @amt.command()
@@ -271,7 +322,27 @@ feat.commands.pop("extract-cuts", None)
 _extract_cuts_command(feat, "extract-cuts")
 
 
+#: ``lhotse-amt --help``: what the tool is (Lhotse's group keeps its own text for ``lhotse``)
+HELP = """lhotse-amt: computational auditory models as Lhotse feature extractors.
+
+Dau1997, Osses2021, King2019, Paulick2024 (modulation-domain models, features in model
+units) and Glasberg2002, Moore2016 (time-varying loudness, sone) from the lhotse_amt
+package. This is Lhotse's own command line with the amt-* extractors registered (plain
+`lhotse` cannot see them), plus the `amt` group.
+
+\b
+Examples:
+  lhotse-amt amt demo amt_demo           every model on a built-in example (features, PNGs)
+  lhotse-amt amt list                    the extractors, their rates and dimensions
+  lhotse-amt feat write-default-config -f amt-dau1997 dau.yaml
+  lhotse-amt feat extract-cuts -f dau.yaml cuts.jsonl.gz out.jsonl.gz feats/   (resumable)
+  lhotse-amt amt plot out.jsonl.gz dau.png
+"""
+
+
 def main() -> None:
+    """The ``lhotse-amt`` entry point."""
+    cli.help = HELP
     cli()
 
 

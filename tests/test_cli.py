@@ -165,3 +165,58 @@ def test_extract_cuts_on_an_executor(corpus, tmp_path):
     assert list(res.ids) == list(cuts.ids)
     for c in res:
         np.testing.assert_array_equal(c.load_features(), ex.extract(cuts[c.id].load_audio(), 16000))
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    exe = shutil.which("lhotse-amt")
+    cmd = [exe, *args] if exe else [*CLI, *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_help_says_what_the_tool_is(tmp_path):
+    r = _cli("--help", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "computational auditory models as Lhotse feature extractors" in r.stdout
+    for model in ("Dau1997", "Osses2021", "King2019", "Paulick2024", "Glasberg2002", "Moore2016"):
+        assert model in r.stdout
+    assert "lhotse-amt amt demo" in r.stdout
+
+
+def test_plot_reads_the_model_from_stored_features(corpus, tmp_path):
+    from lhotse_amt import Glasberg2002Config, Glasberg2002Extractor
+
+    _, cuts = corpus
+    # stored at 16 kHz (the default config is 32 kHz): the plot must read them, not recompute
+    ex = Glasberg2002Extractor(Glasberg2002Config(sampling_rate=16000))
+    stored = cuts.subset(first=1).compute_and_store_features(ex, tmp_path / "f")
+    stored.to_file(tmp_path / "g.jsonl.gz")
+    r = _cli("amt", "plot", "g.jsonl.gz", "g.png", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "stored amt-glasberg2002 features" in r.stdout
+    assert (tmp_path / "g.png").stat().st_size > 10_000
+
+
+def test_plot_computes_another_model_from_the_audio(corpus, tmp_path):
+    root, cuts = corpus
+    r = _cli(
+        "amt", "plot", str(root / "cuts.jsonl.gz"), "k.png", "-m", "amt-king2019", cwd=tmp_path
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "amt-king2019 features computed from the audio at 16000 Hz" in r.stdout
+    assert (tmp_path / "k.png").stat().st_size > 10_000
+
+
+def test_plot_without_a_model_names_what_is_missing(corpus, tmp_path):
+    root, cuts = corpus
+    r = _cli("amt", "plot", str(root / "cuts.jsonl.gz"), "x.png", cwd=tmp_path)
+    assert r.returncode == 2 and "has no stored features" in r.stderr and "-m MODEL" in r.stderr
+    # stored features whose layout is not the default config's: asks for the YAML
+    ex = Dau1997Extractor(Dau1997Config(stage="adaptation"))
+    cuts.subset(first=1).compute_and_store_features(ex, tmp_path / "f").to_file(
+        tmp_path / "a.jsonl.gz"
+    )
+    r = _cli("amt", "plot", "a.jsonl.gz", "a.png", cwd=tmp_path)
+    assert r.returncode == 2 and "stores 31 amt-dau1997 columns" in r.stderr
+    assert "-f CONFIG.yaml" in r.stderr and not (tmp_path / "a.png").exists()
+    r = _cli("amt", "plot", "a.jsonl.gz", "a.png", "--cut-id", "nope", cwd=tmp_path)
+    assert r.returncode == 2 and "no cut 'nope'" in r.stderr
