@@ -30,6 +30,7 @@ from torch import Tensor
 from .. import _alloc
 from .._validation import (
     check_bool,
+    check_choice,
     check_int,
     check_number,
     check_positive_finite,
@@ -357,9 +358,14 @@ def phase_insensitivity(
     *,
     inplace: bool = False,
     bands: tuple[int, ...] | None = None,
+    backend: str = "auto",
 ) -> Tensor:
     """Phase-insensitive output of ``x (..., M, T)`` (band ``m`` at ``mfc[m]`` Hz): the
     rms-matched Hilbert envelope for ``mfc > cutoff``, ``x`` otherwise. Non-causal.
+
+    Out of place, ``backend="auto"`` runs the operator ``lhotse_amt::rms_envelope``
+    (:func:`lhotse_amt.ops.rms_envelope`: fused CPU kernels, an analytic backward);
+    ``"reference"`` (or ``"torch"``) the plain-torch chain that defines it.
 
     ``inplace=True`` (no autograd) overwrites the selected bands of ``x`` and returns it;
     the envelopes are then computed a few rows at a time, so the temporary FFT buffers
@@ -368,6 +374,7 @@ def phase_insensitivity(
     check_signal(x, min_samples=1, min_dim=2, max_dim=None, name="x (..., M, T)")
     check_number("cutoff", cutoff, min=0.0)
     check_bool("inplace", inplace)
+    check_choice("backend", backend, ("auto", "reference", "torch", "numba"))
     if not isinstance(mfc, (list, tuple)):
         mfc = tuple(float(v) for v in np.atleast_1d(np.asarray(mfc, dtype=np.float64)))
     if len(mfc) != x.shape[-2]:
@@ -397,6 +404,10 @@ def phase_insensitivity(
                 if copied:
                     view.copy_(flat.view(view.shape))
         return x
+    if backend in ("auto", "numba"):
+        from .. import ops
+
+        return ops.rms_envelope(x, sel)
     idx = torch.as_tensor(sel, device=x.device)
     xs = x.index_select(-2, idx)
     env = hilbert_envelope(xs)

@@ -15,6 +15,7 @@ import math
 import torch
 from torch import Tensor
 
+from .envelope import rms_envelope
 from .ihc_paulick import ihc_paulick_recursion
 from .loudness import agc
 from .recursions import adaptation_rows, resonator_rows, sosfilt_rows
@@ -25,6 +26,7 @@ __all__ = [
     "adaptation_loops_raw",
     "ihc_paulick_recursion",
     "agc",
+    "rms_envelope",
     "row_map",
 ]
 

@@ -1,0 +1,148 @@
+"""CPU kernels (numba) of the rms-matched Hilbert envelope operator
+(:mod:`lhotse_amt.ops.envelope`): the elementwise work and the per-row sums around the two
+FFTs, in one pass per row and direction.
+
+Row ``(r, s)`` of band ``m = sel[s]``: ``e = sqrt(x^2 + h^2)`` (``h`` the Hilbert
+transform of ``x``), ``out = k e`` with ``k = rms(x) / rms(e)`` (0 where ``e`` is all zero;
+``mean(e^2) = mean(x^2) + mean(h^2)``); the other bands are copied. The sums run in
+float64 whatever the tensor dtype.
+
+Backward of a row, given ``g = dL/dout`` and ``A = sum(g e)``:
+``dL/de = k g - A k e / (T rms(e)^2)``, ``dL/dx = A k x / (T rms(x)^2) + dL/de x / e`` plus
+``-H{dL/de h / e}`` (the Hilbert transform is antisymmetric), with the ``/ e`` terms zero
+where ``e = 0`` (as for ``abs``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from numba import njit, prange
+
+from .cpu import _threads
+from .fastmath import denormals_off, restore_fp_mode
+
+__all__ = ["envelope_forward", "envelope_backward_direct", "envelope_backward_finish"]
+
+_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"contract"})
+
+
+@njit(parallel=True, **_OPTS)
+def _fwd(x, h, sel, out, stats):  # pragma: no cover - compiled
+    R, M, T = x.shape
+    S = sel.shape[0]
+    for r in prange(R):
+        fp = denormals_off()
+        for m in range(M):
+            s = -1
+            for q in range(S):
+                if sel[q] == m:
+                    s = q
+            if s < 0:
+                for n in range(T):
+                    out[r, m, n] = x[r, m, n]
+                continue
+            sx = 0.0
+            sh = 0.0
+            for n in range(T):
+                a = np.float64(x[r, m, n])
+                b = np.float64(h[r, s, n])
+                sx += a * a
+                sh += b * b
+            se = sx + sh
+            k = math.sqrt(sx / se) if se > 0.0 else 0.0
+            stats[r, s, 0] = sx / T
+            stats[r, s, 1] = se / T
+            for n in range(T):
+                a = np.float64(x[r, m, n])
+                b = np.float64(h[r, s, n])
+                out[r, m, n] = k * math.sqrt(a * a + b * b)
+        restore_fp_mode(fp)
+
+
+@njit(parallel=True, **_OPTS)
+def _bwd_direct(g, x, h, sel, stats, gx, gh):  # pragma: no cover - compiled
+    # gx: the gradient of every band but the Hilbert term; gh = dL/de h / e (selected)
+    R, M, T = x.shape
+    S = sel.shape[0]
+    for r in prange(R):
+        fp = denormals_off()
+        for m in range(M):
+            s = -1
+            for q in range(S):
+                if sel[q] == m:
+                    s = q
+            if s < 0:
+                for n in range(T):
+                    gx[r, m, n] = g[r, m, n]
+                continue
+            mx = stats[r, s, 0]
+            me = stats[r, s, 1]
+            if not me > 0.0:
+                for n in range(T):
+                    gx[r, m, n] = 0.0
+                    gh[r, s, n] = 0.0
+                continue
+            k = math.sqrt(mx / me)
+            acc = 0.0
+            for n in range(T):
+                a = np.float64(x[r, m, n])
+                b = np.float64(h[r, s, n])
+                acc += np.float64(g[r, m, n]) * math.sqrt(a * a + b * b)
+            c1 = acc * k / (T * me)
+            c2 = acc * k / (T * mx) if mx > 0.0 else 0.0
+            for n in range(T):
+                a = np.float64(x[r, m, n])
+                b = np.float64(h[r, s, n])
+                e = math.sqrt(a * a + b * b)
+                ge = k * np.float64(g[r, m, n]) - c1 * e
+                inv = 1.0 / e if e > 0.0 else 0.0
+                gx[r, m, n] = c2 * a + ge * a * inv
+                gh[r, s, n] = ge * b * inv
+        restore_fp_mode(fp)
+
+
+@njit(parallel=True, **_OPTS)
+def _bwd_finish(gx, hgh, sel):  # pragma: no cover - compiled
+    # gx[:, sel[s]] -= H{gh}[:, s]
+    R, S, T = hgh.shape
+    for r in prange(R):
+        for s in range(S):
+            m = sel[s]
+            for n in range(T):
+                gx[r, m, n] -= hgh[r, s, n]
+
+
+def _sel(sel: list[int]) -> np.ndarray:
+    return np.asarray(sel, dtype=np.int64)
+
+
+def envelope_forward(
+    x: torch.Tensor, h: torch.Tensor, sel: list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x (R, M, T)``, ``h (R, S, T)`` the Hilbert transforms of the bands ``sel`` ->
+    ``out (R, M, T)`` and the per-row ``(mean(x^2), mean(e^2))`` ``(R, S, 2)`` float64."""
+    _threads()
+    out = torch.empty_like(x)
+    stats = torch.empty((x.shape[0], len(sel), 2), dtype=torch.float64)
+    _fwd(x.numpy(), h.numpy(), _sel(sel), out.numpy(), stats.numpy())
+    return out, stats
+
+
+def envelope_backward_direct(
+    g: torch.Tensor, x: torch.Tensor, h: torch.Tensor, stats: torch.Tensor, sel: list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``gx (R, M, T)`` without the Hilbert term and ``gh (R, S, T)`` (its argument)."""
+    _threads()
+    gx = torch.empty_like(x)
+    gh = torch.empty_like(h)
+    _bwd_direct(g.numpy(), x.numpy(), h.numpy(), _sel(sel), stats.numpy(), gx.numpy(), gh.numpy())
+    return gx, gh
+
+
+def envelope_backward_finish(gx: torch.Tensor, hgh: torch.Tensor, sel: list[int]) -> None:
+    """``gx[:, sel] -= hgh`` in place."""
+    _threads()
+    _bwd_finish(gx.numpy(), hgh.numpy(), _sel(sel))

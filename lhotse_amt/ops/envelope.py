@@ -1,0 +1,152 @@
+"""The rms-matched Hilbert envelope as a registered operator, ``lhotse_amt::rms_envelope``.
+
+King et al. (2019)'s phase insensitivity replaces each selected band ``x`` of a
+modulation filterbank output by its Hilbert envelope ``e = |x + i H{x}|`` scaled to the
+rms of ``x``: ``k e`` with ``k = rms(x) / rms(e)`` (0 where ``e`` is all zero). The
+plain-torch reference that defines it is the autograd path of
+:func:`lhotse_amt.functional.king2019_modulation.phase_insensitivity`
+(``backend="reference"``); this operator gives the same values and gradients with
+
+* the Hilbert transforms as real FFTs (``torch.fft``) and everything around them (the
+  envelope, the rms sums, the scaling, the copy of the other bands; in the backward the
+  whole chain rule but one Hilbert transform) in one numba pass per row on the CPU
+  (:mod:`lhotse_amt.kernels.envelope`; plain torch on other devices),
+* a fake implementation (``torch.compile`` / ``torch.export`` trace through it),
+* an analytic backward (operator ``lhotse_amt::rms_envelope_backward``): one more
+  Hilbert transform, of ``dL/de h / e``, since ``H`` is antisymmetric (``H^T = -H``).
+
+Reference: A. King, L. Varnet, C. Lorenzi (2019), JASA 145, 2277-2293.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..kernels import envelope as _cpu
+
+__all__ = ["rms_envelope_rows", "rms_envelope"]
+
+_LIB = "lhotse_amt"
+
+
+def _hilbert(v: Tensor) -> Tensor:
+    """Hilbert transform along the last axis (DC and, for even lengths, Nyquist zero), as
+    :func:`lhotse_amt.functional.king2019_modulation.hilbert_transform` (no checks)."""
+    T = v.shape[-1]
+    X = torch.fft.rfft(v, dim=-1)
+    X[..., 0] = 0
+    if T % 2 == 0:
+        X[..., -1] = 0
+    return torch.fft.irfft(X.mul_(-1j), n=T, dim=-1)
+
+
+def _forward_torch(x: Tensor, h: Tensor, sel: list[int]) -> tuple[Tensor, Tensor]:
+    xs = x[:, sel].double()
+    hd = h.double()
+    mx = xs.square().mean(-1)
+    me = mx + hd.square().mean(-1)
+    pos = me > 0
+    k = torch.where(pos, torch.sqrt(mx / torch.where(pos, me, 1.0)), 0.0)
+    out = x.clone()
+    out[:, sel] = (k[..., None] * torch.hypot(xs, hd)).to(x.dtype)
+    return out, torch.stack([mx, me], -1)
+
+
+def _backward_torch(
+    g: Tensor, x: Tensor, h: Tensor, stats: Tensor, sel: list[int]
+) -> tuple[Tensor, Tensor]:
+    T = x.shape[-1]
+    gs, xs, hd = g[:, sel].double(), x[:, sel].double(), h.double()
+    mx, me = stats[..., 0:1], stats[..., 1:2]
+    pos = me > 0
+    k = torch.where(pos, torch.sqrt(mx / torch.where(pos, me, 1.0)), 0.0)
+    e = torch.hypot(xs, hd)
+    acc = (gs * e).sum(-1, keepdim=True)
+    c1 = torch.where(pos, acc * k / (T * torch.where(pos, me, 1.0)), 0.0)
+    c2 = torch.where(mx > 0, acc * k / (T * torch.where(mx > 0, mx, 1.0)), 0.0)
+    ge = k * gs - c1 * e
+    inv = torch.where(e > 0, 1.0 / torch.where(e > 0, e, 1.0), 0.0)
+    gx = g.clone()
+    gx[:, sel] = (c2 * xs + ge * xs * inv).to(x.dtype)
+    return gx, (ge * hd * inv).to(h.dtype)
+
+
+@torch.library.custom_op(f"{_LIB}::rms_envelope", mutates_args=())
+def rms_envelope_rows(x: Tensor, sel: list[int]) -> tuple[Tensor, Tensor, Tensor]:
+    """``x (R, M, T)`` real, ``sel`` the bands to replace (distinct, in ``[0, M)``) ->
+    the output ``(R, M, T)``, the Hilbert transforms of the selected bands ``(R, S, T)``
+    and the per-row ``(mean(x^2), mean(e^2))`` ``(R, S, 2)`` float64 (both no gradient)."""
+    h = _hilbert(x[:, sel])
+    if x.device.type == "cpu":
+        out, stats = _cpu.envelope_forward(x, h, sel)
+    else:
+        out, stats = _forward_torch(x, h, sel)
+    return out, h, stats
+
+
+@rms_envelope_rows.register_fake
+def _(x: Tensor, sel: list[int]):
+    R, _, T = x.shape
+    S = len(sel)
+    return (
+        torch.empty_like(x),
+        x.new_empty((R, S, T)),
+        x.new_empty((R, S, 2), dtype=torch.float64),
+    )
+
+
+@torch.library.custom_op(f"{_LIB}::rms_envelope_backward", mutates_args=())
+def _rms_envelope_backward(
+    g: Tensor, x: Tensor, h: Tensor, stats: Tensor, sel: list[int]
+) -> Tensor:
+    if x.device.type == "cpu":
+        gx, gh = _cpu.envelope_backward_direct(g, x, h, stats, sel)
+        _cpu.envelope_backward_finish(gx, _hilbert(gh), sel)
+        return gx
+    gx, gh = _backward_torch(g, x, h, stats, sel)
+    gx[:, sel] -= _hilbert(gh)
+    return gx
+
+
+@_rms_envelope_backward.register_fake
+def _(g: Tensor, x: Tensor, h: Tensor, stats: Tensor, sel: list[int]):
+    return torch.empty_like(x)
+
+
+def _setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    x, sel = inputs
+    ctx.sel = sel
+    ctx.mark_non_differentiable(output[1], output[2])
+    ctx.save_for_backward(x, output[1], output[2])
+
+
+def _backward(ctx: Any, g: Tensor, _gh: Tensor, _gs: Tensor) -> tuple[Tensor, None]:
+    x, h, stats = ctx.saved_tensors
+    g = g.contiguous() if g is not None else torch.zeros_like(x)
+    return _rms_envelope_backward(g, x, h, stats, ctx.sel), None
+
+
+rms_envelope_rows.register_autograd(_backward, setup_context=_setup)
+
+
+def rms_envelope(x: Tensor, bands: Sequence[int]) -> Tensor:
+    """Replace the bands ``bands`` of ``x (..., M, T)`` (real, floating) by their
+    rms-matched Hilbert envelopes (operator ``lhotse_amt::rms_envelope``); the other bands
+    pass unchanged. Returns a new tensor of the shape and dtype of ``x``."""
+    if not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() < 2:
+        raise TypeError(
+            f"x must be a real floating tensor (..., M, T), got "
+            f"{type(x).__name__ if not isinstance(x, Tensor) else (x.dtype, tuple(x.shape))}"
+        )
+    M, T = x.shape[-2], x.shape[-1]
+    sel = sorted({int(b) for b in bands})
+    if sel and not (0 <= sel[0] and sel[-1] < M):
+        raise ValueError(f"bands must lie in [0, {M}) (x has {M} bands on dim -2), got {sel}")
+    if not sel or T == 0:
+        return x.clone()
+    out, _, _ = rms_envelope_rows(x.reshape(-1, M, T).contiguous(), sel)
+    return out.reshape(x.shape)
