@@ -319,15 +319,60 @@ def _as_lhotse_amt(code: str) -> str:
     )
 
 
+#: Labels of printed values that are design quantities (counts, frequencies, rates):
+#: compared with the documentation. Values computed from the examples' random signals
+#: (levels, correlations, decision variables) are not.
+_DESIGN_LABEL = re.compile(r"channel|frequenc|\bfc\b|\bmfc\b|rate|range|filters in", re.I)
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def _joined(printed: str) -> list[str]:
+    """Printed lines with the continuation lines of a wrapped tensor joined on."""
+    out: list[str] = []
+    for line in printed.splitlines():
+        if out and line.startswith(" ") and out[-1].count("[") > out[-1].count("]"):
+            out[-1] += " " + line.strip()
+        else:
+            out.append(line)
+    return out
+
+
+def _numbers_match(want: str, got: str) -> bool:
+    """The documented numbers (to the precision printed there; ``...`` elides the middle)
+    against the printed ones."""
+
+    def nums(text: str) -> list[tuple[float, float]]:
+        vals = []
+        for n in _NUMBER.findall(text):
+            decimals = len(n.split(".")[1]) if "." in n and "e" not in n.lower() else 0
+            vals.append((float(n), 0.5 * 10.0**-decimals + 1e-9))
+        return vals
+
+    have = [v for v, _ in nums(got)]
+    if "..." in want:
+        head, tail = (nums(part) for part in want.split("...", 1))
+        pairs = list(zip(head, have)) + list(zip(tail[::-1], have[::-1]))
+        if len(head) + len(tail) > len(have):
+            return False
+    else:
+        pairs = list(zip(nums(want), have))
+        if len(nums(want)) != len(have):
+            return False
+    return all(abs(w - h) <= tol * max(1.0, 1e-3 * abs(w) / tol) for (w, tol), h in pairs)
+
+
 def _check_outputs(printed: str, expected: list[str]) -> None:
-    """Documented shapes (``torch.Size``) must be printed as documented; documented stage
-    names must be among the printed ones. Other printed values (levels, counts of random
-    signals' outputs, parameter counts) are illustrations and not compared."""
-    lines = printed.splitlines()
+    """Documented shapes (``torch.Size``) must be printed as documented, documented stage
+    names must be among the printed ones, and documented design values (channel counts,
+    centre frequencies, rates) must be printed to the documented precision. Counts of
+    learnable parameters and values of the random example signals are not compared."""
+    lines = _joined(printed)
     for want in expected:
         want = want.split("  #")[0].strip()
+        label = want.split(": ", 1)[0] if ": " in want else None
         if "torch.Size(" in want:
             assert want in lines, f"documented {want!r}, printed {lines}"
+            continue
         m = re.match(r"(Available stages: )(\[.*\])$", want)
         if m:
             got = [g for g in lines if g.startswith(m.group(1))]
@@ -335,6 +380,15 @@ def _check_outputs(printed: str, expected: list[str]) -> None:
             have = set(ast.literal_eval(got[0][len(m.group(1)) :]))
             missing = set(ast.literal_eval(m.group(2))) - have
             assert not missing, f"stages {sorted(missing)} missing from {sorted(have)}"
+            continue
+        if label is None or "param" in label.lower() or not _DESIGN_LABEL.search(label):
+            continue
+        got = [g for g in lines if g.startswith(label + ": ")]
+        assert got, f"documented {want!r}, nothing printed under that label: {lines}"
+        value = want[len(label) + 2 :]
+        assert _numbers_match(value, got[0][len(label) + 2 :]), (
+            f"documented {want!r}, printed {got[0]!r}"
+        )
 
 
 def run_examples(name: str) -> dict[str, str]:
