@@ -1,0 +1,141 @@
+"""Triton kernels (CUDA) of the attack/release AGC operator ``lhotse_amt::agc`` and its
+backward.
+
+Same arguments, results and semantics as the numba kernels of
+:mod:`lhotse_amt.kernels.agc_grad`, which document the recursion (Glasberg & Moore 2002,
+Sec. 2.6; Moore et al. 2016, Eqs. 4–5) and its adjoint. The AGC runs along axis 1 of
+``x (B, T, C)``; one program handles a block of columns ``(b, c)`` (flattened, so that
+neighbouring channels are neighbouring lanes and the loads are coalesced) and walks
+through time. The forward computes in the dtype of ``x`` without contracting
+multiply-adds (``enable_fp_fusion=False``), so its values are those of the CPU kernel and
+of the plain-torch reference bit for bit; the backward reads the states back from the
+forward's output ``y`` (no checkpoint, no recomputation) and runs the adjoint in float64.
+One launch per call.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .agc_grad import _check as _check_args
+from .triton_common import HAVE_TRITON, dense, require
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+__all__ = ["agc_forward", "agc_backward"]
+
+#: columns per program
+BLOCK_COLS = 64
+
+if HAVE_TRITON:
+
+    @triton.jit
+    def _columns(n_col, T, C, BLOCK: tl.constexpr):
+        # the program's columns of (B, C), their mask and their first sample in (B, T, C)
+        col = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        cm = col < n_col
+        col = tl.minimum(col, n_col - 1).to(tl.int64)
+        base = (col // C) * T * C + col % C
+        return col, cm, base
+
+    @triton.jit
+    def _agc_fwd_kernel(x_ptr, at_ptr, rl_ptr, zi_ptr, y_ptr, n_col, T, C, BLOCK: tl.constexpr):
+        col, cm, base = _columns(n_col, T, C, BLOCK)
+        at = tl.load(at_ptr + col)
+        rl = tl.load(rl_ptr + col)
+        s = tl.load(zi_ptr + col)
+        p = base
+        for _t in range(T):
+            v = tl.load(x_ptr + p)
+            a = tl.where(v > s, at, rl)
+            s = s + a * (v - s)
+            tl.store(y_ptr + p, s, mask=cm)
+            p += C
+
+    @triton.jit
+    def _agc_bwd_kernel(
+        gy_ptr, x_ptr, y_ptr, at_ptr, rl_ptr, zi_ptr, gx_ptr, ga_ptr, gr_ptr, gzi_ptr,
+        n_col, T, C, WANT_X: tl.constexpr, BLOCK: tl.constexpr,
+    ):  # fmt: skip
+        # adjoint backwards in time; the state before frame t is y[t - 1] (zi at t = 0)
+        col, cm, base = _columns(n_col, T, C, BLOCK)
+        at = tl.load(at_ptr + col).to(tl.float64)
+        rl = tl.load(rl_ptr + col).to(tl.float64)
+        zi = tl.load(zi_ptr + col)
+        lam = tl.zeros([BLOCK], tl.float64)
+        gat = tl.zeros([BLOCK], tl.float64)
+        grl = tl.zeros([BLOCK], tl.float64)
+        p = base + (T - 1) * C
+        for tt in range(T):
+            first = tt == T - 1
+            sp = tl.load(y_ptr + tl.where(first, base, p - C))
+            sp = tl.where(first, zi, sp)
+            v = tl.load(x_ptr + p)
+            lt = lam + tl.load(gy_ptr + p).to(tl.float64)
+            d = lt * (v.to(tl.float64) - sp.to(tl.float64))
+            hit = v > sp
+            a = tl.where(hit, at, rl)
+            gat += tl.where(hit, d, 0.0)
+            grl += tl.where(hit, 0.0, d)
+            if WANT_X:
+                tl.store(gx_ptr + p, (a * lt).to(gx_ptr.dtype.element_ty), mask=cm)
+            lam = (1.0 - a) * lt
+            p -= C
+        tl.store(ga_ptr + col, gat, mask=cm)
+        tl.store(gr_ptr + col, grl, mask=cm)
+        tl.store(gzi_ptr + col, lam, mask=cm)
+
+
+def _grid(n_col: int, block: int) -> tuple[int]:
+    return (triton.cdiv(n_col, block),)
+
+
+def agc_forward(
+    x: torch.Tensor,
+    attack: torch.Tensor,
+    release: torch.Tensor,
+    zi: torch.Tensor,
+    block: int = BLOCK_COLS,
+) -> torch.Tensor:
+    """Triton version of :func:`lhotse_amt.kernels.agc_grad.agc_forward`: the AGC along
+    axis 1 of ``x (B, T, C)`` with per-column ``attack``, ``release`` and initial state
+    ``zi`` ``(B, C)`` (all of the dtype of ``x``) -> ``y (B, T, C)``."""
+    _check_args(x, attack, release, zi)
+    require()
+    B, T, C = x.shape
+    y = torch.empty((B, T, C), dtype=x.dtype, device=x.device)
+    if x.numel():
+        _agc_fwd_kernel[_grid(B * C, block)](
+            dense(x), dense(attack), dense(release), dense(zi), y, B * C, T, C,
+            BLOCK=block, num_warps=1, enable_fp_fusion=False,
+        )  # fmt: skip
+    return y
+
+
+def agc_backward(
+    gy: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    attack: torch.Tensor,
+    release: torch.Tensor,
+    zi: torch.Tensor,
+    want_x: bool,
+    block: int = BLOCK_COLS,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Triton version of :func:`lhotse_amt.kernels.agc_grad.agc_backward`: ``gx (B, T, C)``
+    in the dtype of ``x`` (``(B, 0, C)`` unless ``want_x``) and ``g_attack``,
+    ``g_release``, ``g_zi`` ``(B, C)`` float64 from the forward's output ``y``."""
+    _check_args(x, attack, release, zi)
+    require()
+    B, T, C = x.shape
+    dev = x.device
+    gx = torch.zeros((B, T, C) if want_x else (B, 0, C), dtype=x.dtype, device=dev)
+    ga, gr, gzi = (torch.zeros((B, C), dtype=torch.float64, device=dev) for _ in range(3))
+    if x.numel():
+        _agc_bwd_kernel[_grid(B * C, block)](
+            dense(gy), dense(x), dense(y), dense(attack), dense(release), dense(zi), gx, ga,
+            gr, gzi, B * C, T, C, WANT_X=bool(want_x), BLOCK=block, num_warps=1,
+        )  # fmt: skip
+    return gx, ga, gr, gzi

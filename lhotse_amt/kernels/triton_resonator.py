@@ -1,0 +1,260 @@
+"""Triton kernels (CUDA) of the complex one-pole cascade operator ``lhotse_amt::resonator``
+and its backward: ``K`` identical complex one-pole sections and a complex gain, real
+output (``Re``, or ``|.|`` per coefficient row).
+
+Same arguments, results and semantics as
+:func:`lhotse_amt.kernels.autodiff.resonator_forward` and
+:func:`~lhotse_amt.kernels.autodiff.resonator_backward` (the adjoint formulas are
+documented there). The cascade runs section by section over each block of
+:data:`~lhotse_amt.kernels.autodiff.CHECKPOINT_BLOCK` samples through float64 scratch
+planes (layout: :mod:`lhotse_amt.kernels.triton_common`); the backward recomputes each
+block from its checkpoint, recording the section states before every sample, and runs the
+adjoint back over them, from the last block to the first. One launch per call.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .autodiff import CHECKPOINT_BLOCK, checkpoint_blocks
+from .triton_common import (
+    BLOCK_ROWS,
+    HAVE_TRITON,
+    backward_outputs,
+    check_ck,
+    copy_states,
+    dense,
+    f64,
+    forward_outputs,
+    grid,
+    i32,
+    i64,
+    load_plane,
+    padded,
+    row_block,
+    scratch,
+    store_plane,
+)
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+__all__ = ["resonator_forward", "resonator_backward"]
+
+_CK = CHECKPOINT_BLOCK
+
+if HAVE_TRITON:
+
+    @triton.jit
+    def _res_coefs(pole_ptr, gain_ptr, mode_ptr, c):
+        # pole and gain (real, imaginary) of the rows' coefficient rows c; |.| output or Re
+        pr = tl.load(pole_ptr + c * 2)
+        pi = tl.load(pole_ptr + c * 2 + 1)
+        gr = tl.load(gain_ptr + c * 2)
+        gi = tl.load(gain_ptr + c * 2 + 1)
+        return pr, pi, gr, gi, tl.load(mode_ptr + c) != 0
+
+    @triton.jit
+    def _res_block(xp, n, pr, pi, K, z_ptr, r64, rm, rp, RV, PV, RECORD: tl.constexpr):
+        # n samples of the rows (xp: their first sample in x) through the K sections,
+        # section by section. Scratch planes (CK, RP) from rp: 0-3 the chain (slot 0 real,
+        # imaginary, slot 1 real, imaginary: section q reads slot q % 2, writes the other;
+        # u_K ends in slot K % 2); RECORD: 4 + q / 4 + K + q the section states before
+        # each sample (real / imaginary). States z (R, K, 2) float64 advanced in place.
+        load_plane(xp, rp, n, RV)
+        p = rp + PV
+        for _i in range(n):
+            tl.store(p, tl.zeros(RV.shape, tl.float64))
+            p += RV
+        for q in range(K):
+            zo = (r64 * K + q) * 2
+            sr = tl.load(z_ptr + zo, mask=rm, other=0.0)
+            si = tl.load(z_ptr + zo + 1, mask=rm, other=0.0)
+            ps = rp + (q % 2) * 2 * PV
+            pd = rp + ((q + 1) % 2) * 2 * PV
+            pu = rp + (4 + q) * PV
+            for _i in range(n):
+                if RECORD:
+                    tl.store(pu, sr)
+                    tl.store(pu + K * PV, si)
+                    pu += RV
+                vr = tl.load(ps)
+                vi = tl.load(ps + PV)
+                nre = pr * sr - pi * si + vr
+                nim = pr * si + pi * sr + vi
+                tl.store(pd, nre)
+                tl.store(pd + PV, nim)
+                sr = nre
+                si = nim
+                ps += RV
+                pd += RV
+            tl.store(z_ptr + zo, sr, mask=rm)
+            tl.store(z_ptr + zo + 1, si, mask=rm)
+
+    @triton.jit
+    def _res_fwd_kernel(
+        x_ptr, xrow_ptr, pole_ptr, gain_ptr, mode_ptr, crow_ptr, z_ptr, y_ptr, ck_ptr, rec_ptr,
+        R, RP, T, K, CK: tl.constexpr, BLOCK: tl.constexpr,
+    ):  # fmt: skip
+        # z (R, K, 2): zi on entry, zf on exit; ck (R, nb, K, 2); rec (4, CK, RP) scratch
+        rm, r64, rr64, RV, xr, c = row_block(xrow_ptr, crow_ptr, R, RP, BLOCK)
+        PV = RV * CK
+        rp = rec_ptr + r64
+        pr, pi, gr, gi, ab = _res_coefs(pole_ptr, gain_ptr, mode_ptr, c)
+        nb = tl.cdiv(T, CK)
+        for b in range(nb):
+            copy_states(z_ptr, ck_ptr, r64, rm, b, nb, 2 * K, True)
+            t0 = b * CK
+            n = tl.minimum(CK, T - t0)
+            _res_block(x_ptr + xr * T + t0, n, pr, pi, K, z_ptr, r64, rm, rp, RV, PV, False)
+            pu = rp + (K % 2) * 2 * PV
+            yp = y_ptr + r64 * T + t0
+            for _i in range(n):
+                vr = tl.load(pu)
+                vi = tl.load(pu + PV)
+                wr = gr * vr - gi * vi
+                wi = gr * vi + gi * vr
+                out = tl.where(ab, tl.sqrt(wr * wr + wi * wi), wr)
+                tl.store(yp, out.to(y_ptr.dtype.element_ty), mask=rm)
+                pu += RV
+                yp += 1
+            tl.debug_barrier()
+
+    @triton.jit
+    def _res_bwd_kernel(
+        gy_ptr, x_ptr, xrow_ptr, pole_ptr, gain_ptr, mode_ptr, crow_ptr, ck_ptr, z_ptr,
+        lam_ptr, gx_ptr, gp_ptr, gg_ptr, rec_ptr, R, RP, T, K,
+        WANT_X: tl.constexpr, WANT_C: tl.constexpr, CK: tl.constexpr, BLOCK: tl.constexpr,
+    ):  # fmt: skip
+        # z (R, K, 2) scratch states; lam (R, K, 2): gzf on entry, gzi on exit;
+        # rec (2 K + 6, CK, RP) scratch: the chain (4 planes), the section states before
+        # each sample (2 K planes) and the adjoint of the current section's output (2)
+        rm, r64, rr64, RV, xr, c = row_block(xrow_ptr, crow_ptr, R, RP, BLOCK)
+        PV = RV * CK
+        rp = rec_ptr + r64
+        pr, pi, gr, gi, ab = _res_coefs(pole_ptr, gain_ptr, mode_ptr, c)
+        gpr = tl.zeros([BLOCK], tl.float64)
+        gpi = tl.zeros([BLOCK], tl.float64)
+        ggr = tl.zeros([BLOCK], tl.float64)
+        ggi = tl.zeros([BLOCK], tl.float64)
+        nb = tl.cdiv(T, CK)
+        for bb in range(nb):
+            b = nb - 1 - bb
+            t0 = b * CK
+            n = tl.minimum(CK, T - t0)
+            copy_states(z_ptr, ck_ptr, r64, rm, b, nb, 2 * K, False)
+            tl.debug_barrier()
+            _res_block(x_ptr + xr * T + t0, n, pr, pi, K, z_ptr, r64, rm, rp, RV, PV, True)
+            tl.debug_barrier()
+            # output: G_w = gy * (w / |w| or 1); G_g += conj(u_K) G_w; G_{u_K} = conj(g) G_w
+            pu = rp + (K % 2) * 2 * PV + (n - 1) * RV
+            pg = rp + (2 * K + 4) * PV + (n - 1) * RV
+            gyp = gy_ptr + rr64 * T + t0 + n - 1
+            for _i in range(n):
+                g = tl.load(gyp).to(tl.float64)
+                kr = tl.load(pu)
+                ki = tl.load(pu + PV)
+                wr = gr * kr - gi * ki
+                wi = gr * ki + gi * kr
+                mag = tl.sqrt(wr * wr + wi * wi)
+                inv = tl.where(mag > 0.0, 1.0 / tl.where(mag > 0.0, mag, 1.0), 0.0)
+                Gwr = g * tl.where(ab, wr * inv, 1.0)
+                Gwi = g * tl.where(ab, wi * inv, 0.0)
+                ggr += kr * Gwr + ki * Gwi
+                ggi += kr * Gwi - ki * Gwr
+                tl.store(pg, gr * Gwr + gi * Gwi)
+                tl.store(pg + PV, gr * Gwi - gi * Gwr)
+                pu -= RV
+                pg -= RV
+                gyp -= 1
+            tl.debug_barrier()
+            for qq in range(K):
+                q = K - 1 - qq
+                lo = (r64 * K + q) * 2
+                lr = tl.load(lam_ptr + lo, mask=rm, other=0.0)
+                li = tl.load(lam_ptr + lo + 1, mask=rm, other=0.0)
+                pu = rp + (4 + q) * PV + (n - 1) * RV
+                pg = rp + (2 * K + 4) * PV + (n - 1) * RV
+                for _i in range(n):
+                    lkr = lr + tl.load(pg)
+                    lki = li + tl.load(pg + PV)
+                    ur = tl.load(pu)
+                    ui = tl.load(pu + K * PV)
+                    # G_p += conj(u_q[n-1]) lambda_q ; carried: conj(p) lambda_q
+                    gpr += ur * lkr + ui * lki
+                    gpi += ur * lki - ui * lkr
+                    lr = pr * lkr + pi * lki
+                    li = pr * lki - pi * lkr
+                    tl.store(pg, lkr)
+                    tl.store(pg + PV, lki)
+                    pu -= RV
+                    pg -= RV
+                tl.store(lam_ptr + lo, lr, mask=rm)
+                tl.store(lam_ptr + lo + 1, li, mask=rm)
+            if WANT_X:
+                store_plane(rp + (2 * K + 4) * PV, gx_ptr + r64 * T + t0, n, RV, rm)
+            tl.debug_barrier()
+        if WANT_C:
+            tl.store(gp_ptr + r64 * 2, gpr, mask=rm)
+            tl.store(gp_ptr + r64 * 2 + 1, gpi, mask=rm)
+            tl.store(gg_ptr + r64 * 2, ggr, mask=rm)
+            tl.store(gg_ptr + r64 * 2 + 1, ggi, mask=rm)
+
+
+def resonator_forward(
+    x: torch.Tensor,
+    xrow: torch.Tensor,
+    pole: torch.Tensor,
+    gain: torch.Tensor,
+    mode: torch.Tensor,
+    crow: torch.Tensor,
+    zi: torch.Tensor,
+    block: int = BLOCK_ROWS,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Triton version of :func:`lhotse_amt.kernels.autodiff.resonator_forward`:
+    ``y (R, T)``, ``zf (R, K, 2)`` and the checkpoints ``(R, checkpoint_blocks(T), K, 2)``
+    float64."""
+    K = zi.shape[1]
+    R, T, y, zf, ck = forward_outputs(x, xrow, zi, (checkpoint_blocks(x.shape[1]), K, 2))
+    if R > 0 and T > 0:
+        _res_fwd_kernel[grid(R, block)](
+            dense(x), i64(xrow), f64(pole), f64(gain), i32(mode), i64(crow), zf, y, ck,
+            scratch(4, _CK, R, block, x.device), R, padded(R, block), T, K,
+            CK=_CK, BLOCK=block, num_warps=1,
+        )  # fmt: skip
+    return y, zf.to(zi.dtype), ck
+
+
+def resonator_backward(
+    gy: torch.Tensor,
+    gzf: torch.Tensor,
+    x: torch.Tensor,
+    xrow: torch.Tensor,
+    pole: torch.Tensor,
+    gain: torch.Tensor,
+    mode: torch.Tensor,
+    crow: torch.Tensor,
+    zi: torch.Tensor,
+    ck: torch.Tensor,
+    want_x: bool,
+    want_c: bool,
+    block: int = BLOCK_ROWS,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Triton version of :func:`lhotse_amt.kernels.autodiff.resonator_backward`: per-row
+    ``gx (R, T)``, ``gpole (R, 2)``, ``ggain (R, 2)``, ``gzi (R, K, 2)`` (complex
+    gradients as PyTorch defines them: ``dL/dRe + i dL/dIm``)."""
+    R, T, gx, gzi = backward_outputs(gy, gzf, x, want_x)
+    K = zi.shape[1]
+    dev = x.device
+    gp = torch.zeros((R, 2), dtype=torch.float64, device=dev)
+    gg = torch.zeros((R, 2), dtype=torch.float64, device=dev)
+    if R > 0 and T > 0:
+        ck = check_ck(ck, (R, checkpoint_blocks(T), K, 2))
+        z = torch.empty((R, K, 2), dtype=torch.float64, device=dev)
+        _res_bwd_kernel[grid(R, block)](
+            dense(gy), dense(x), i64(xrow), f64(pole), f64(gain), i32(mode), i64(crow), ck, z,
+            gzi, gx, gp, gg, scratch(2 * K + 6, _CK, R, block, dev), R, padded(R, block), T, K,
+            WANT_X=bool(want_x), WANT_C=bool(want_c), CK=_CK, BLOCK=block, num_warps=1,
+        )  # fmt: skip
+    return gx, gp, gg, gzi

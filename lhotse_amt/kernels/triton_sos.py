@@ -1,0 +1,209 @@
+"""Triton kernels (CUDA) of the second-order-section operator ``lhotse_amt::sosfilt`` and
+its backward (transposed direct form II, as :func:`scipy.signal.sosfilt`).
+
+Same arguments, results and semantics as :func:`lhotse_amt.kernels.autodiff.sos_forward`
+and :func:`~lhotse_amt.kernels.autodiff.sos_backward` (the adjoint formulas are documented
+there). The cascade runs section by section over each block of
+:data:`~lhotse_amt.kernels.autodiff.CHECKPOINT_BLOCK` samples, the signals between the
+sections in float64 scratch planes (layout: :mod:`lhotse_amt.kernels.triton_common`), the
+section states in registers. The backward recomputes each block's section signals from
+its checkpoint and runs the adjoint back over them, from the last block to the first.
+One launch per call.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .autodiff import CHECKPOINT_BLOCK, checkpoint_blocks
+from .triton_common import (
+    BLOCK_ROWS,
+    HAVE_TRITON,
+    backward_outputs,
+    check_ck,
+    copy_states,
+    dense,
+    f64,
+    forward_outputs,
+    grid,
+    i64,
+    load_plane,
+    padded,
+    row_block,
+    scratch,
+    store_plane,
+)
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+__all__ = ["sos_forward", "sos_backward"]
+
+_CK = CHECKPOINT_BLOCK
+
+if HAVE_TRITON:
+
+    @triton.jit
+    def _sos_coefs(sos_ptr, c, S, s):
+        # b0, b1, b2, a1, a2 of section s of the rows' coefficient rows c
+        cb = sos_ptr + (c * S + s) * 6
+        return tl.load(cb), tl.load(cb + 1), tl.load(cb + 2), tl.load(cb + 4), tl.load(cb + 5)
+
+    @triton.jit
+    def _sos_block(xp, n, sos_ptr, c, S, z_ptr, r64, rm, wp, RV, NSLOT, CK: tl.constexpr):
+        # n samples of the rows (xp: their first sample in x) through the S sections,
+        # section by section: w slot s holds section s's input (slot 0: x), slot
+        # (s + 1) % NSLOT its output (wp: slot 0, sample 0 of the rows in the scratch
+        # (NSLOT, CK, RP)); the section states z (R, S, 2) float64 are advanced in place
+        load_plane(xp, wp, n, RV)
+        PV = RV * CK
+        for s in range(S):
+            b0, b1, b2, a1, a2 = _sos_coefs(sos_ptr, c, S, s)
+            zo = (r64 * S + s) * 2
+            z1 = tl.load(z_ptr + zo, mask=rm, other=0.0)
+            z2 = tl.load(z_ptr + zo + 1, mask=rm, other=0.0)
+            ps = wp + (s % NSLOT) * PV
+            pd = wp + ((s + 1) % NSLOT) * PV
+            for _i in range(n):
+                v = tl.load(ps)
+                out = b0 * v + z1
+                z1 = b1 * v - a1 * out + z2
+                z2 = b2 * v - a2 * out
+                tl.store(pd, out)
+                ps += RV
+                pd += RV
+            tl.store(z_ptr + zo, z1, mask=rm)
+            tl.store(z_ptr + zo + 1, z2, mask=rm)
+
+    @triton.jit
+    def _sos_fwd_kernel(
+        x_ptr, xrow_ptr, sos_ptr, crow_ptr, z_ptr, y_ptr, ck_ptr, w_ptr, R, RP, T, S,
+        CK: tl.constexpr, BLOCK: tl.constexpr,
+    ):  # fmt: skip
+        # z (R, S, 2): zi on entry, zf on exit; ck (R, nb, S, 2); w (2, CK, RP) scratch
+        rm, r64, rr64, RV, xr, c = row_block(xrow_ptr, crow_ptr, R, RP, BLOCK)
+        wp = w_ptr + r64
+        nb = tl.cdiv(T, CK)
+        for b in range(nb):
+            t0 = b * CK
+            n = tl.minimum(CK, T - t0)
+            copy_states(z_ptr, ck_ptr, r64, rm, b, nb, 2 * S, True)
+            _sos_block(x_ptr + xr * T + t0, n, sos_ptr, c, S, z_ptr, r64, rm, wp, RV, 2, CK)
+            store_plane(wp + (S % 2) * (RV * CK), y_ptr + r64 * T + t0, n, RV, rm)
+            tl.debug_barrier()
+
+    @triton.jit
+    def _sos_bwd_kernel(
+        gy_ptr, x_ptr, xrow_ptr, sos_ptr, crow_ptr, z_ptr, lam_ptr, gx_ptr, gc_ptr, ck_ptr,
+        w_ptr, g_ptr, R, RP, T, S,
+        WANT_X: tl.constexpr, CK: tl.constexpr, BLOCK: tl.constexpr,
+    ):  # fmt: skip
+        # z (R, S, 2) scratch states; lam (R, S, 2): gzf on entry, gzi on exit; gc (R, S, 6)
+        # zeros on entry; ck (R, nb, S, 2) the forward's checkpoints; w (S + 1, CK, RP),
+        # g (CK, RP) scratch
+        rm, r64, rr64, RV, xr, c = row_block(xrow_ptr, crow_ptr, R, RP, BLOCK)
+        PV = RV * CK
+        wp = w_ptr + r64
+        gp = g_ptr + r64
+        nb = tl.cdiv(T, CK)
+        for bb in range(nb):
+            b = nb - 1 - bb
+            t0 = b * CK
+            n = tl.minimum(CK, T - t0)
+            copy_states(z_ptr, ck_ptr, r64, rm, b, nb, 2 * S, False)
+            _sos_block(x_ptr + xr * T + t0, n, sos_ptr, c, S, z_ptr, r64, rm, wp, RV, S + 1, CK)
+            load_plane(gy_ptr + rr64 * T + t0, gp, n, RV)
+            tl.debug_barrier()
+            for ss in range(S):
+                s = S - 1 - ss
+                b0, b1, b2, a1, a2 = _sos_coefs(sos_ptr, c, S, s)
+                lo = (r64 * S + s) * 2
+                l1 = tl.load(lam_ptr + lo, mask=rm, other=0.0)
+                l2 = tl.load(lam_ptr + lo + 1, mask=rm, other=0.0)
+                go = gc_ptr + (r64 * S + s) * 6
+                gb0 = tl.load(go, mask=rm, other=0.0)
+                gb1 = tl.load(go + 1, mask=rm, other=0.0)
+                gb2 = tl.load(go + 2, mask=rm, other=0.0)
+                ga1 = tl.load(go + 4, mask=rm, other=0.0)
+                ga2 = tl.load(go + 5, mask=rm, other=0.0)
+                pg = gp + (n - 1) * RV
+                pv = wp + s * PV + (n - 1) * RV
+                for _ii in range(n):
+                    v = tl.load(pv)
+                    out = tl.load(pv + PV)
+                    G = tl.load(pg) - a1 * l1 - a2 * l2
+                    tl.store(pg, b0 * G + b1 * l1 + b2 * l2)
+                    gb0 += G * v
+                    gb1 += l1 * v
+                    gb2 += l2 * v
+                    ga1 -= l1 * out
+                    ga2 -= l2 * out
+                    l2 = l1
+                    l1 = G
+                    pg -= RV
+                    pv -= RV
+                tl.store(lam_ptr + lo, l1, mask=rm)
+                tl.store(lam_ptr + lo + 1, l2, mask=rm)
+                tl.store(go, gb0, mask=rm)
+                tl.store(go + 1, gb1, mask=rm)
+                tl.store(go + 2, gb2, mask=rm)
+                tl.store(go + 4, ga1, mask=rm)
+                tl.store(go + 5, ga2, mask=rm)
+            if WANT_X:
+                store_plane(gp, gx_ptr + r64 * T + t0, n, RV, rm)
+            tl.debug_barrier()
+
+
+def sos_forward(
+    x: torch.Tensor,
+    xrow: torch.Tensor,
+    sos: torch.Tensor,
+    crow: torch.Tensor,
+    zi: torch.Tensor,
+    block: int = BLOCK_ROWS,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Triton version of :func:`lhotse_amt.kernels.autodiff.sos_forward`: ``y (R, T)`` in
+    ``x``'s dtype, ``zf (R, S, 2)`` in ``zi``'s and the checkpoints
+    ``(R, checkpoint_blocks(T), S, 2)`` float64."""
+    S = sos.shape[1]
+    R, T, y, zf, ck = forward_outputs(x, xrow, zi, (checkpoint_blocks(x.shape[1]), S, 2))
+    if R > 0 and T > 0:
+        _sos_fwd_kernel[grid(R, block)](
+            dense(x), i64(xrow), f64(sos), i64(crow), zf, y, ck,
+            scratch(2, _CK, R, block, x.device), R, padded(R, block), T, S,
+            CK=_CK, BLOCK=block, num_warps=1,
+        )  # fmt: skip
+    return y, zf.to(zi.dtype), ck
+
+
+def sos_backward(
+    gy: torch.Tensor,
+    gzf: torch.Tensor,
+    x: torch.Tensor,
+    xrow: torch.Tensor,
+    sos: torch.Tensor,
+    crow: torch.Tensor,
+    zi: torch.Tensor,
+    ck: torch.Tensor,
+    want_x: bool,
+    want_c: bool,
+    block: int = BLOCK_ROWS,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Triton version of :func:`lhotse_amt.kernels.autodiff.sos_backward`: per-row
+    ``gx (R, T)``, ``gsos (R, S, 6)`` and ``gzi (R, S, 2)``."""
+    R, T, gx, lam = backward_outputs(gy, gzf, x, want_x)
+    S = sos.shape[1]
+    dev = x.device
+    gc = torch.zeros((R, S, 6), dtype=torch.float64, device=dev)
+    if R > 0 and T > 0:
+        ck = check_ck(ck, (R, checkpoint_blocks(T), S, 2))
+        z = torch.empty((R, S, 2), dtype=torch.float64, device=dev)
+        _sos_bwd_kernel[grid(R, block)](
+            dense(gy), dense(x), i64(xrow), f64(sos), i64(crow), z, lam, gx, gc, ck,
+            scratch(S + 1, _CK, R, block, dev), scratch(1, _CK, R, block, dev), R,
+            padded(R, block), T, S, WANT_X=bool(want_x), CK=_CK, BLOCK=block, num_warps=1,
+        )  # fmt: skip
+    if not want_c:
+        gc.zero_()
+    return gx, gc, lam
