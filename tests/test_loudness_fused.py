@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from lhotse_amt.functional import loudness as L
-from lhotse_amt.kernels.loudness_fused import specific_loudness_tail
+from lhotse_amt.kernels.loudness_fused import TailConstants, specific_loudness_tail
+from lhotse_amt.ops import loudness_fast as F
 
 
 @pytest.mark.parametrize("high_level", ["moore2016", "mgb1997"])
@@ -22,16 +23,18 @@ def test_specific_loudness_tail_matches_torch(high_level, dtype, tol):
     anyk = np.array([True, True, False, True, True, True, True])
     mask = np.ones(c)
     mask[:3] = 0.0
-    sl = {k: torch.tensor(v, dtype=dtype) for k, v in prm.items()}
-    sl_np = {k: v.numpy() for k, v in sl.items()}
-    sl_np["a_alpha"] = (sl["a"] ** sl["alpha"]).numpy()
-    sl_np["mask"] = mask.astype(sl_np["g"].dtype)
-    up = upper.astype(sl_np["g"].dtype)
-    lo = lower.astype(sl_np["g"].dtype)
+    sl = {k: torch.tensor(getattr(prm, k), dtype=dtype) for k in ("e_thrq", "g", "alpha", "a")}
+    sl_np = TailConstants(
+        a_alpha=(sl["a"] ** sl["alpha"]).numpy(),
+        mask=mask.astype(sl["g"].numpy().dtype),
+        **{k: v.numpy() for k, v in sl.items()},
+    )
+    up = upper.astype(sl_np.g.dtype)
+    lo = lower.astype(sl_np.g.dtype)
     e_out, n_out = np.empty_like(up), np.empty_like(up)
     specific_loudness_tail(up, lo, anyk, sl_np, 0.0631, high_level, e_out, n_out)
     e_ref = (torch.tensor(up) + torch.tensor(lo)).clamp_min(1e-10)
-    n_ref = L.specific_loudness(e_ref, sl, 0.0631, high_level)
+    n_ref = L.specific_loudness(e_ref, L.SpecificLoudnessParams(**sl), 0.0631, high_level)
     n_ref = n_ref * torch.tensor(mask, dtype=dtype) * torch.tensor(anyk)[:, None].to(dtype)
     assert np.allclose(e_out, e_ref.numpy(), rtol=tol, atol=0)
     # atol: N' of excitations far below threshold is a difference of nearly equal powers
@@ -126,25 +129,21 @@ def test_multires_compiled_matches_torch_path(variant):
     z = torch.tensor(rng.standard_normal((2, 6000)) * 0.02)
     bases = [(ln, b, torch.tensor(m)) for ln, b, m in L.dft_bases(variant)]
     window = torch.tensor(L.autocorr_basis(variant)[0])
-    with torch.no_grad():  # compiled kernels
-        i_fast, r_fast = L.multires_intensity(z, -100, -3, 150, bases, return_autocorr=window)
-    with torch.enable_grad():  # torch reference path (input requires grad)
-        zg = z.clone().requires_grad_(True)
-        i_ref, r_ref = L.multires_intensity(zg, -100, -3, 150, bases, return_autocorr=window)
-    i_ref, r_ref = i_ref.detach(), r_ref.detach()
+    i_fast, r_fast = F.multires_intensity_fast(z, -100, -3, 150, bases, return_autocorr=window)
+    i_ref, r_ref = L.multires_intensity(z, -100, -3, 150, bases, return_autocorr=window)
     assert torch.allclose(i_fast, i_ref, rtol=1e-12, atol=1e-12 * float(i_ref.max()))
     assert torch.allclose(r_fast, r_ref, rtol=1e-10, atol=1e-12 * float(r_ref.max()))
     # sliding DFT for every window (the models use it for the long ones), over more frames
     # than its restart period, float64 and float32 input
-    plans = L.sliding_plans(variant, min_length=64)
+    plans = F.sliding_plans(variant, min_length=64)
     assert sorted(plans) == sorted(L.WINDOW_LENGTHS)
     z2 = torch.tensor(rng.standard_normal((2, 12000)) * 0.02)
     with torch.no_grad():
-        i_sl = L.multires_intensity(z2, -100, -3, 330, bases, sliding=plans)
-        i_mm = L.multires_intensity(z2, -100, -3, 330, bases)
+        i_sl = F.multires_intensity_fast(z2, -100, -3, 330, bases, sliding=plans)
+        i_mm = F.multires_intensity_fast(z2, -100, -3, 330, bases)
         assert torch.allclose(i_sl, i_mm, rtol=1e-10, atol=1e-13 * float(i_mm.max()))
         b32 = [(ln, b, m.float()) for ln, b, m in bases]
-        i_sl32 = L.multires_intensity(z2.float(), -100, -3, 330, b32, sliding=plans)
+        i_sl32 = F.multires_intensity_fast(z2.float(), -100, -3, 330, b32, sliding=plans)
     assert i_sl32.dtype == torch.float32
     assert torch.allclose(i_sl32.double(), i_mm, rtol=1e-5, atol=1e-7 * float(i_mm.max()))
     # the helpers directly
@@ -163,17 +162,18 @@ def test_multires_compiled_matches_torch_path(variant):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_fast_excitation_call_matches_torch_excitation(dtype):
     fc = L.cam_to_hz(np.arange(1.75, 39.01, 0.25))
-    fast = L.FastExcitation(fc, "moore2016", "moore2016", dtype)
+    fast = F.FastExcitation(fc, "moore2016", "moore2016", dtype)
     rng = np.random.default_rng(5)
     z = torch.tensor(rng.standard_normal((1, 5000)) * 0.05)
     z[0, 2500:] *= 1e-4  # quiet part: partly pruned high band
     bases = [(ln, b, torch.tensor(m)) for ln, b, m in L.dft_bases("moore2016")]
     with torch.no_grad():
-        inten, acf = L.multires_intensity(z, 0, 20, 120, bases, return_autocorr=fast.window)
+        inten, acf = F.multires_intensity_fast(z, 0, 20, 120, bases, return_autocorr=fast.window)
         keep = L.prune_components(inten)
         got = fast(inten, keep, acf, chunk=50)
-        mats = {k: torch.tensor(v) for k, v in L.excitation_matrices(fc, "moore2016").items()}
-        ref, _ = L.excitation_moore2016(inten, keep, mats, mats["n_below"].numpy())
+        m = L.excitation_matrices(fc, "moore2016")
+        mats = [torch.tensor(v) for v in (m.level, m.upper, m.lower_h)]
+        ref, _ = L.excitation_moore2016(inten, keep, *mats, m.n_below)
     got = got.double().clamp_min(1e-10)
     # float32: the low band and the lower skirt in float32, the high band (autocorrelation
     # route, pruned components removed) in float64 and added in float32

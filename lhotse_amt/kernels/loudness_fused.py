@@ -1,9 +1,9 @@
 """Fused CPU kernels for the no-grad path of the Moore–Glasberg loudness models.
 
-Used by :meth:`lhotse_amt.functional.loudness.FastExcitation.specific_loudness_frames`, which
+Used by :meth:`lhotse_amt.ops.loudness_fast.FastExcitation.specific_loudness_frames`, which
 runs the chain ear-filtered signal -> spectrum -> excitation -> specific loudness in chunks of
 frames so that every temporary stays in cache, and by
-:func:`lhotse_amt.functional.loudness.multires_intensity` when no gradient is needed:
+:func:`lhotse_amt.ops.loudness_fast.multires_intensity_fast`:
 
 * :func:`power_into` -- component intensities ``re**2 + im**2`` of one analysis window written
   straight into the ``(N, 960)`` spectrum (no temporaries).
@@ -42,6 +42,7 @@ arrays or caller-provided ones.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
@@ -58,6 +59,7 @@ __all__ = [
     "sliding_plan",
     "specific_loudness_tail",
     "subtract_pruned",
+    "TailConstants",
     "windowed_autocorr",
 ]
 
@@ -136,11 +138,25 @@ def _tail32(
                 e_out[r, ch] = empty_db
 
 
+@dataclass(frozen=True)
+class TailConstants:
+    """Per-channel constants of :func:`specific_loudness_tail`, ``(C,)`` arrays in the dtype of
+    the excitation: ``g``, ``a``, ``alpha``, ``e_thrq`` of the specific-loudness law (MGB 1997 /
+    ANSI S3.4-2007), ``a_alpha = a ** alpha`` and ``mask`` (0: ``N' = 0`` in that channel)."""
+
+    g: np.ndarray
+    a: np.ndarray
+    alpha: np.ndarray
+    e_thrq: np.ndarray
+    a_alpha: np.ndarray
+    mask: np.ndarray
+
+
 def specific_loudness_tail(
     upper: np.ndarray,
     lower: np.ndarray,
     any_kept: np.ndarray,
-    sl: dict[str, np.ndarray],
+    sl: TailConstants,
     c: float,
     high_level: str,
     e_out: np.ndarray,
@@ -152,9 +168,8 @@ def specific_loudness_tail(
     Args:
         upper, lower: upper- and lower-skirt excitation ``(N, C)`` (intensity re (20 µPa)²).
         any_kept: ``(N,)`` bool; rows without a kept component get ``N' = 0``.
-        sl: per-channel ``(C,)`` arrays (dtype of ``upper``) ``g``, ``a``, ``alpha``,
-            ``e_thrq``, ``a_alpha`` (``a ** alpha``) and ``mask`` (0: ``N' = 0`` in that
-            channel); see :func:`lhotse_amt.functional.loudness.specific_loudness_params`.
+        sl: per-channel constants (dtype of ``upper``); see
+            :func:`lhotse_amt.functional.loudness.specific_loudness_params`.
         c: loudness constant ``C``.
         high_level: ``"moore2016"`` (``C (E / 1.0707)^0.2`` above 1e10) or ``"mgb1997"``
             (``C (E / 1.04e6)^0.5``).
@@ -174,12 +189,12 @@ def specific_loudness_tail(
         upper,
         lower,
         any_kept,
-        sl["g"],
-        sl["a"],
-        sl["a_alpha"],
-        sl["alpha"],
-        sl["e_thrq"],
-        sl["mask"],
+        sl.g,
+        sl.a,
+        sl.a_alpha,
+        sl.alpha,
+        sl.e_thrq,
+        sl.mask,
         k,
         empty_db is not None,
         upper.dtype.type(0.0 if empty_db is None else empty_db),

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from .._validation import (
     check_band,
@@ -21,7 +21,15 @@ from .._validation import (
     check_str,
 )
 from ..functional import loudness as L
-from ..functional.iir import grad_recorded
+from ..modules.loudness import (
+    ERBIntegration,
+    ExcitationPattern,
+    LoudnessIntegration,
+    MultiResolutionSpectrum,
+    OuterMiddleEarFilter,
+    SpecificLoudness,
+)
+from ._loudness import LoudnessModelBase, agc_coefficient, unused_keys
 
 __all__ = ["Glasberg2002", "GLASBERG2002_PRESETS"]
 
@@ -46,45 +54,55 @@ GLASBERG2002_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-class Glasberg2002(nn.Module):
+class Glasberg2002(LoudnessModelBase):
     """Time-varying loudness model of Glasberg & Moore (2002).
 
     Pipeline (1-ms frames; frame ``j`` centred on input sample ``32 j``, ``j = -64 …
     floor(T / 32)``: the 64 leading frames cover the ear filter's pre-ringing and the long
-    window's look-ahead, as in the reference implementations): outer + middle-ear FIR (the
-    4097-tap free-field ``ff_32000`` filter, zero-phase by FFT convolution) → six-window
-    spectrum (periodic Hann 64, 32, 16, 8, 4, 2 ms on a 2048-point grid, energy normalised,
-    bands [10, 80), [80, 500), [500, 1250), [1250, 2540), [2540, 4050), [4050, 15001) Hz) →
-    excitation pattern (roex filters of ANSI S3.4-2007 with the lower slope set by the input
-    level per ERB at each channel centre) → specific loudness (ANSI S3.4-2007 / MGB 1997) →
-    instantaneous loudness = 2 × Σ N' / 4 (diotic presentation, i.e. twice the monaural value) →
-    short-term loudness (AGC, attack 0.045, release 0.02 per frame, i.e. T_a = 22 ms,
-    T_r = 50 ms) → long-term loudness (attack 0.01, release 0.0005: 99.5 ms / 2 s).
+    window's look-ahead, as in the reference implementations), one stage submodule each
+    (:mod:`lhotse_amt.modules.loudness`):
+
+    * ``outer_middle_ear``: outer + middle-ear FIR (the 4097-tap free-field ``ff_32000``
+      filter, zero-phase by FFT convolution);
+    * ``multi_fft``: six-window spectrum (periodic Hann 64, 32, 16, 8, 4, 2 ms on a 2048-point
+      grid, energy normalised, bands [10, 80), [80, 500), [500, 1250), [1250, 2540),
+      [2540, 4050), [4050, 15001) Hz); components at or below ``floor`` are ignored;
+    * ``erb_integration``: input level per ERB that sets the lower roex slopes;
+    * ``excitation_pattern``: roex filters of ANSI S3.4-2007 with level-dependent lower slope;
+    * ``specific_loudness``: ANSI S3.4-2007 / MGB 1997;
+    * ``loudness_integration``: instantaneous loudness = 2 × Σ N' / 4 (diotic presentation,
+      i.e. twice the monaural value) → short-term loudness (AGC, attack 0.045, release 0.02
+      per frame, i.e. T_a = 22 ms, T_r = 50 ms) → long-term loudness (attack 0.01, release
+      0.0005: 99.5 ms / 2 s).
 
     Args:
         fs: input rate; other rates are resampled to 32 kHz with
             :func:`scipy.signal.resample_poly` (not differentiable).
-        learnable: make ``C`` a trainable parameter.
-        return_stages: ``forward`` also returns the stage dict of :meth:`compute`.
-        dtype: ``torch.float32`` or ``torch.float64``.
-        preset: ``"gm2002"`` (the only preset; see ``GLASBERG2002_PRESETS``).
+        learnable: make ``C`` (``specific_loudness.c``) a trainable parameter.
+        return_stages: ``forward`` also returns the stage dict of :meth:`compute` (with the
+            spectrum).
         multi_fft_kwargs: ``{"floor": 1e-4}``: spectral components weaker than this intensity
             (re (20 µPa)², i.e. -40 dB SPL, far below the excitation at threshold, 3.6 dB) are
             ignored (speed; changes STL/LTL of the reference stimuli by < 1e-4 relative).
-        erb_kwargs / excitation_kwargs: ``{"erb_lower", "erb_upper", "erb_step"}`` (Cam).
+        erb_kwargs / excitation_kwargs: ``{"erb_lower", "erb_upper", "erb_step"}`` (Cam) and
+            ``"lower_slope_level"``: ``"component"`` (default: level per ERB at each component,
+            the reference implementation), ``"channel"`` (at the channel centres) or
+            ``"cambridge"`` (the Cambridge 2016 rule).
         specific_loudness_kwargs: ``{"c", "high_level": "mgb1997" | "moore2016"}``.
         loudness_integration_kwargs: ``{"stl_attack", "stl_release", "ltl_attack",
             "ltl_release"}`` (per-frame smoothing coefficients) or ``{"tau_attack",
             "tau_release"}`` in seconds for the short-term AGC (``alpha = 1 - exp(-1 ms / tau)``;
             e.g. 0.05/0.2 s gives the parameterisation of some other ports, which is *not* the
             2002 model), plus ``{"diotic": True}`` (False: monaural values, half).
-        chunk_frames: frames processed together in the excitation stage.
+        dtype: ``torch.float32`` or ``torch.float64`` (keyword only).
+        preset: ``"gm2002"`` (the only preset; see ``GLASBERG2002_PRESETS``; keyword only).
+        chunk_frames: frames processed together in the excitation stage (keyword only).
         backend: ``"auto"`` (default): the compiled CPU path
-            (:class:`lhotse_amt.functional.loudness.FastExcitation`, numba) when the input is on
-            the CPU and no gradient is needed (lower-slope levels ``"component"`` and
-            ``"cambridge"``), the differentiable torch reference otherwise; ``"torch"``: always
-            the reference; ``"fast"``: always the compiled path. Same results up to float
-            rounding.
+            (:class:`lhotse_amt.ops.loudness_fast.FastExcitation`, numba) for eager CPU input
+            without gradient (lower-slope levels ``"component"`` and ``"cambridge"``), the
+            differentiable torch stages otherwise; ``"torch"``: always the torch stages;
+            ``"fast"``: always the compiled path. Same results up to float rounding (keyword
+            only).
 
     Input: sound pressure in **pascals**, ``(T,)`` or ``(B, T)`` (one signal, presented to both
     ears).
@@ -93,18 +111,24 @@ class Glasberg2002(nn.Module):
     ``return_stages=True`` ``(ltl, stages)``.
     """
 
+    first_frame = -64
+    _empty_db = -300.0
+    _empty_excitation = 0.0
+    _zero_empty_frames = False
+
     def __init__(
         self,
         fs: float = 32000,
         learnable: bool = False,
         return_stages: bool = False,
-        dtype: torch.dtype = torch.float32,
-        preset: str = "gm2002",
         multi_fft_kwargs: dict[str, Any] | None = None,
         erb_kwargs: dict[str, Any] | None = None,
         excitation_kwargs: dict[str, Any] | None = None,
         specific_loudness_kwargs: dict[str, Any] | None = None,
         loudness_integration_kwargs: dict[str, Any] | None = None,
+        *,
+        dtype: torch.dtype = torch.float32,
+        preset: str = "gm2002",
         chunk_frames: int = 16,
         backend: str = "auto",
     ) -> None:
@@ -122,35 +146,19 @@ class Glasberg2002(nn.Module):
             loudness_integration_kwargs=loudness_integration_kwargs,
         ).items():
             check_kwargs(k, v)
-        check_int("chunk_frames", chunk_frames, min=1)
+        self.chunk_frames = check_int("chunk_frames", chunk_frames, min=1)
         check_choice("backend", backend, ("auto", "torch", "fast"))
         if preset not in GLASBERG2002_PRESETS:
             raise ValueError(f"unknown preset {preset!r}; choose from {list(GLASBERG2002_PRESETS)}")
         if dtype not in (torch.float32, torch.float64):
-            raise ValueError("dtype must be torch.float32 or torch.float64")
+            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         cfg = dict(GLASBERG2002_PRESETS[preset])
-        self.fs = float(fs)
-        self.learnable = learnable
-        self.return_stages = return_stages
-        self.dtype = dtype
+        self._init_common(fs, learnable, return_stages, dtype, backend)
         self.preset = preset
-        self.chunk_frames = int(chunk_frames)
-        if backend not in ("auto", "torch", "fast"):
-            raise ValueError("backend must be 'auto', 'torch' or 'fast'")
-        self.backend = backend
-        self._fast: L.FastExcitation | None = None
-        self._sl: dict[str, np.ndarray] | None = None
 
         mfk = dict(multi_fft_kwargs or {})
-        self.floor = check_number("multi_fft_kwargs['floor']", mfk.pop("floor", 1e-4), min=0.0)
-        _unused("multi_fft_kwargs", mfk)
-        taps = L.loudness_tables()["ff_32000"]
-        self.register_buffer("ear_fir", torch.tensor(taps, dtype=dtype), persistent=False)
-        self._bases = L.dft_bases("gm2002")
-        for i, (_, _, basis) in enumerate(self._bases):
-            self.register_buffer(
-                f"dft_basis_{i}", torch.tensor(basis, dtype=dtype), persistent=False
-            )
+        floor = check_number("multi_fft_kwargs['floor']", mfk.pop("floor", 1e-4), min=0.0)
+        unused_keys("multi_fft_kwargs", mfk)
 
         ek = dict(erb_kwargs or {})
         ek.update(excitation_kwargs or {})
@@ -161,29 +169,22 @@ class Glasberg2002(nn.Module):
         )
         step = check_positive_finite("erb_step", ek.pop("erb_step", cfg["erb_step"]))
         self.lower_slope_level = ek.pop("lower_slope_level", cfg["lower_slope_level"])
-        _unused("erb_kwargs/excitation_kwargs", ek)
-        if self.lower_slope_level not in ("channel", "component", "cambridge"):
-            raise ValueError("lower_slope_level must be 'channel', 'component' or 'cambridge'")
+        unused_keys("erb_kwargs/excitation_kwargs", ek)
+        check_choice(
+            "lower_slope_level", self.lower_slope_level, ("channel", "component", "cambridge")
+        )
+        if backend == "fast" and self.lower_slope_level == "channel":
+            raise ValueError("backend='fast' is not available for lower_slope_level='channel'")
         cams = np.round(np.arange(lo, hi + step / 2, step), 10)
-        self.erb_numbers = cams
-        self.erb_fc_hz = L.cam_to_hz(cams)
-        self.n_channels = len(cams)
-        variant = {"channel": "gm2002", "component": "component", "cambridge": "moore2016"}
-        mats = L.excitation_matrices(self.erb_fc_hz, variant[self.lower_slope_level])
-        self._n_below = mats["n_below"]
-        for k in ("level", "upper", "lower_h"):
-            self.register_buffer(f"exc_{k}", torch.tensor(mats[k], dtype=dtype), persistent=False)
+        self._set_channels(cams)
+        variant = {"channel": "gm2002", "component": "component", "cambridge": "moore2016"}[
+            self.lower_slope_level
+        ]
 
         sk = dict(specific_loudness_kwargs or {})
         c = check_positive_finite("specific_loudness_kwargs['c']", sk.pop("c", cfg["c"]))
-        self.high_level = sk.pop("high_level", cfg["high_level"])
-        _unused("specific_loudness_kwargs", sk)
-        for k, v in L.specific_loudness_params(self.erb_fc_hz, "extrapolate").items():
-            self.register_buffer(f"sl_{k}", torch.tensor(v, dtype=dtype), persistent=False)
-        if learnable:
-            self.c = nn.Parameter(torch.tensor(c, dtype=dtype))
-        else:
-            self.register_buffer("c", torch.tensor(c, dtype=dtype), persistent=False)
+        high_level = sk.pop("high_level", cfg["high_level"])
+        unused_keys("specific_loudness_kwargs", sk)
 
         lk = dict(loudness_integration_kwargs or {})
         if "tau_attack" in lk or "tau_release" in lk:
@@ -193,25 +194,78 @@ class Glasberg2002(nn.Module):
                     check_positive_finite(f"loudness_integration_kwargs[{k!r}]", lk[k])
             lk.setdefault("stl_attack", 1.0 - np.exp(-dt / float(lk.pop("tau_attack", 0.022))))
             lk.setdefault("stl_release", 1.0 - np.exp(-dt / float(lk.pop("tau_release", 0.05))))
-        for k in ("stl_attack", "stl_release", "ltl_attack", "ltl_release"):
-            v = check_number(
-                f"loudness_integration_kwargs[{k!r}]",
-                lk.pop(k, cfg[k]),
-                min=0.0,
-                max=1.0,
-                min_inclusive=False,
-            )
-            setattr(self, k, v)
-        self.diotic = check_bool("loudness_integration_kwargs['diotic']", lk.pop("diotic", True))
-        _unused("loudness_integration_kwargs", lk)
+        agc = {
+            k: agc_coefficient("loudness_integration_kwargs", lk, k, cfg[k])
+            for k in ("stl_attack", "stl_release", "ltl_attack", "ltl_release")
+        }
+        diotic = check_bool("loudness_integration_kwargs['diotic']", lk.pop("diotic", True))
+        unused_keys("loudness_integration_kwargs", lk)
+
+        self.outer_middle_ear = OuterMiddleEarFilter(dtype=dtype)
+        self.multi_fft = MultiResolutionSpectrum("gm2002", floor=floor, dtype=dtype)
+        self.erb_integration = ERBIntegration(self.erb_fc_hz, variant, dtype)
+        self.excitation_pattern = ExcitationPattern(self.erb_fc_hz, variant, dtype=dtype)
+        self.specific_loudness = SpecificLoudness(
+            self.erb_fc_hz, c, high_level, "extrapolate", learnable, dtype
+        )
+        self.loudness_integration = LoudnessIntegration(
+            **agc, diotic=diotic, backend=self._agc_backend
+        )
+
+    def _stages(self) -> tuple:
+        return (
+            self.outer_middle_ear,
+            self.multi_fft,
+            self.erb_integration,
+            self.excitation_pattern,
+            self.specific_loudness,
+        )
+
+    def _use_fast(self, x: Tensor) -> bool:
+        if self.lower_slope_level == "channel":
+            return False
+        return super()._use_fast(x)
 
     # ------------------------------------------------------------------------------------------
-    first_frame = -64
+    @property
+    def c(self) -> Tensor:
+        """The specific-loudness constant ``C`` (parameter with ``learnable=True``)."""
+        return self.specific_loudness.c
 
     @property
-    def frame_rate(self) -> float:
-        """Frames per second (1000)."""
-        return L.FS / L.HOP
+    def floor(self) -> float:
+        """Intensity at or below which spectral components are ignored."""
+        return self.multi_fft.floor
+
+    @property
+    def high_level(self) -> str:
+        """High-level branch of the specific-loudness law."""
+        return self.specific_loudness.high_level
+
+    @property
+    def diotic(self) -> bool:
+        """Whether the loudness is that of diotic presentation (twice the monaural value)."""
+        return self.loudness_integration.diotic
+
+    @property
+    def stl_attack(self) -> float:
+        """Short-term AGC attack coefficient per frame."""
+        return self.loudness_integration.stl_agc.attack_alpha
+
+    @property
+    def stl_release(self) -> float:
+        """Short-term AGC release coefficient per frame."""
+        return self.loudness_integration.stl_agc.release_alpha
+
+    @property
+    def ltl_attack(self) -> float:
+        """Long-term AGC attack coefficient per frame."""
+        return self.loudness_integration.ltl_agc.attack_alpha
+
+    @property
+    def ltl_release(self) -> float:
+        """Long-term AGC release coefficient per frame."""
+        return self.loudness_integration.ltl_agc.release_alpha
 
     @property
     def n_features(self) -> int:
@@ -222,158 +276,43 @@ class Glasberg2002(nn.Module):
         """Number of frames (``j = -64 … floor(T / 32)``) for ``n_samples`` at 32 kHz."""
         return n_samples // L.HOP + 1 - self.first_frame
 
-    def get_erb_frequencies(self) -> Tensor:
-        """Channel centre frequencies (Hz), ``(C,)``."""
-        return torch.tensor(self.erb_fc_hz)
-
-    @staticmethod
-    def compute_loudness_level(sone: Tensor) -> Tensor:
-        """Approximate loudness level (phon) ``40 + 10 log2(N)`` (valid above ~40 phon)."""
-        return 40.0 + 10.0 * torch.log2(sone.clamp_min(1e-12))
-
-    def _prepare(self, x: Tensor) -> tuple[Tensor, bool]:
-        if not isinstance(x, Tensor):
-            x = torch.as_tensor(np.asarray(x))
-        if x.dim() == 1:
-            squeeze, x = True, x.unsqueeze(0)
-        elif x.dim() == 2:
-            squeeze = False
-        else:
+    def _check_shape(self, x: Tensor) -> bool:
+        if x.dim() not in (1, 2):
             raise ValueError(
                 f"Glasberg2002 expects (T,) or (B, T) pressure in Pa, got shape {tuple(x.shape)}"
             )
-        L.check_pressure_signal(x, "Glasberg2002 input", min_samples=1)
-        x = x.to(self.dtype)
-        if self.fs != L.FS:
-            x = L.resample_to_32k(x, self.fs)
-        if x.shape[-1] < L.HOP:
-            raise ValueError(f"Glasberg2002 input too short: {x.shape[-1]} samples at 32 kHz")
-        return x, squeeze
+        return x.dim() == 1
 
-    def _sl_numpy(self) -> dict[str, np.ndarray]:
-        # per-channel specific-loudness constants for the compiled path (built once)
-        if self._sl is None:
-            sl = {k: getattr(self, f"sl_{k}").numpy() for k in ("g", "a", "alpha", "e_thrq")}
-            sl["a_alpha"] = (self.sl_a**self.sl_alpha).numpy()
-            sl["mask"] = np.ones(self.n_channels, dtype=sl["g"].dtype)
-            self._sl = sl
-        return self._sl
-
-    @property
-    def _agc_backend(self) -> str:
-        # backend="torch" runs the AGC reference too; otherwise lhotse_amt.functional.loudness.agc
-        # chooses (no-grad numba kernel or the differentiable operator lhotse_amt::agc)
-        return "torch" if self.backend == "torch" else "auto"
-
-    def _use_fast(self, x: Tensor) -> bool:
-        if self.backend == "torch" or self.lower_slope_level == "channel":
-            if self.backend == "fast":
-                raise RuntimeError(
-                    "backend='fast' is not available for lower_slope_level='channel'"
-                )
-            return False
-        ok = L.fast_path_ok(x, self)
-        if self.backend == "fast" and not ok:
-            raise RuntimeError("backend='fast' needs CPU input and no gradient")
-        return ok
-
-    def compute(self, x: Tensor) -> dict[str, Tensor]:
+    def compute(self, x: Tensor, with_spectrum: bool = False) -> dict[str, Tensor]:
         """Run the model and return every stage.
 
         Keys (``(B, T)`` input, ``F = floor(T / 32) + 65`` frames, ``C = 149``): ``inst``,
         ``stl``, ``ltl`` ``(B, F)`` (sone; diotic unless ``diotic=False``); ``max_ltl`` ``(B,)``;
         ``specific_loudness`` ``(B, F, C)`` one-ear instantaneous specific loudness (sone/Cam);
         ``excitation`` ``(B, F, C)`` (dB); ``erb_excitation`` ``(B, F, C)`` input level per ERB
-        at the channel centres (dB); ``frame_times_s`` ``(F,)`` (frame centre re the first
-        sample, starting at -0.064 s); ``freqs`` ``(C,)`` channel centres (Hz).
+        at the channel centres (dB; the excitation level for the per-component lower-slope
+        rules); ``frame_times_s`` ``(F,)`` (frame centre re the first sample, starting at
+        -0.064 s); ``freqs`` ``(960,)`` frequencies of the spectral components (Hz);
+        ``erb_fc_hz`` ``(C,)`` channel centres (Hz). With ``with_spectrum=True`` also ``psd``
+        ``(B, F, 960)``: component intensities re (20 µPa)² (power per 15.625-Hz bin). The batch
+        axis is dropped for 1-D input.
         """
         x, squeeze = self._prepare(x)
-        n = x.shape[-1]
-        f_total = self.n_frames(n)
-        half = (self.ear_fir.shape[0] - 1) // 2
-        z = L.fir_filter_full(x, self.ear_fir)
-        bases = [
-            (ln, b, getattr(self, f"dft_basis_{i}")) for i, (ln, b, _) in enumerate(self._bases)
-        ]
-        params = {"g": self.sl_g, "a": self.sl_a, "alpha": self.sl_alpha, "e_thrq": self.sl_e_thrq}
-        spec, exc, lev = [], [], []
-        exc_db = None
-        if self._use_fast(x):
-            if self._fast is None:
-                variant = {"component": "component", "cambridge": "moore2016"}
-                self._fast = L.FastExcitation(
-                    self.erb_fc_hz, variant[self.lower_slope_level], "gm2002", self.dtype
-                )
-            # frames without kept components: E = 0, i.e. -300 dB after the 1e-30 floor of
-            # the torch path (there E >= 1e-10); "erb_excitation" holds the same values
-            nsp, exc_db, _ = self._fast.specific_loudness_frames(
-                z,
-                -half,
-                self.first_frame,
-                f_total,
-                bases,
-                ("floor", self.floor),
-                self._sl_numpy(),
-                float(self.c),
-                self.high_level,
-                excitation_db=-300.0,
-            )
-            spec.append(nsp)
-            lev.append(exc_db)
-            f_chunks = range(0)
-        else:
-            inten = L.multires_intensity(z, -half, self.first_frame, f_total, bases)
-            f_chunks = range(0, f_total, self.chunk_frames)
-        for f0 in f_chunks:
-            f1 = min(f0 + self.chunk_frames, f_total)
-            ic = inten[..., f0:f1, :]
-            ic = torch.where(ic > self.floor, ic, torch.zeros_like(ic))
-            cols = torch.nonzero((ic > 0).reshape(-1, L.N_BINS).any(0)).flatten()
-            if cols.numel() == 0:
-                shape = (*ic.shape[:-1], self.n_channels)
-                spec.append(ic.new_zeros(shape))
-                exc.append(ic.new_zeros(shape))
-                lev.append(ic.new_full(shape, -300.0))
-                continue
-            dense = cols.numel() == L.N_BINS
-            if dense:
-                n_below = self._n_below
-                mats = {
-                    "upper": self.exc_upper,
-                    "lower_h": self.exc_lower_h,
-                    "level": self.exc_level,
-                }
-            else:
-                n_below = np.searchsorted(cols.cpu().numpy(), self._n_below)
-                ic = ic[..., cols]
-                mats = {"upper": self.exc_upper[cols], "lower_h": self.exc_lower_h[cols]}
-                if self.lower_slope_level == "channel":
-                    mats["level"] = self.exc_level[cols]
-                else:
-                    mats["level"] = self.exc_level[cols][:, cols]
-            if self.lower_slope_level == "channel":
-                e, x_db = L.excitation_gm2002(ic, mats, n_below)
-            else:
-                e, _ = L.excitation_moore2016(ic, ic > 0, mats, n_below)
-                x_db = 10.0 * torch.log10(e)
-            spec.append(L.specific_loudness(e, params, self.c, self.high_level))
-            exc.append(e)
-            lev.append(x_db)
-        nsp = spec[0] if len(spec) == 1 else torch.cat(spec, dim=-2)
-        lev_db = lev[0] if len(lev) == 1 else torch.cat(lev, dim=-2)
-        if exc_db is None:
-            e = exc[0] if len(exc) == 1 else torch.cat(exc, dim=-2)
-            exc_db = 10.0 * torch.log10(e.clamp_min(1e-30))
-        else:
+        f_total = self.n_frames(x.shape[-1])
+        fast = self._use_fast(x)
+        z = self._filtered(x, fast)
+        fr = self._frames(z, self.first_frame, f_total, fast)
+        nsp = fr.specific_loudness
+        if fast:
             # numpy on this thread (a torch pass would open a parallel region; lhotse_amt._serial)
-            exc_db = torch.from_numpy(exc_db.numpy().copy())
-        ears = 2.0 if self.diotic else 1.0
-        if nsp.device.type == "cpu" and not grad_recorded(nsp):
-            inst = torch.from_numpy(nsp.detach().numpy().sum(-1) * (ears / 4.0))
+            ears = self.loudness_integration.ears
+            inst = torch.from_numpy(nsp.numpy().sum(-1) * (ears / 4.0))
+            stl = self.loudness_integration.stl_agc(inst)
+            ltl = self.loudness_integration.ltl_agc(stl)
+            exc_db = torch.from_numpy(fr.excitation_db.numpy().copy())
         else:
-            inst = ears * nsp.sum(-1) / 4.0
-        stl = L.agc(inst, self.stl_attack, self.stl_release, -1, self._agc_backend)
-        ltl = L.agc(stl, self.ltl_attack, self.ltl_release, -1, self._agc_backend)
+            inst, stl, ltl = self.loudness_integration(nsp)
+            exc_db = fr.excitation_db
         out = {
             "inst": inst,
             "stl": stl,
@@ -381,14 +320,17 @@ class Glasberg2002(nn.Module):
             "max_ltl": ltl.amax(-1),
             "specific_loudness": nsp,
             "excitation": exc_db,
-            "erb_excitation": lev_db,
+            "erb_excitation": fr.level_db,
         }
+        if with_spectrum:
+            out["psd"] = self._spectrum(z, self.first_frame, f_total, fast)
         if squeeze:
             out = {k: v.squeeze(0) for k, v in out.items()}
         out["frame_times_s"] = (
             torch.arange(f_total, dtype=torch.float64) + self.first_frame
         ) / self.frame_rate
-        out["freqs"] = self.get_erb_frequencies()
+        out["freqs"] = self.multi_fft.freqs
+        out["erb_fc_hz"] = self.get_erb_frequencies()
         return out
 
     def specific_loudness_frames(
@@ -402,27 +344,17 @@ class Glasberg2002(nn.Module):
         loudness; ``"short_term"`` applies the STL AGC per channel (an extension: the 2002 model
         smooths only the summed loudness).
         """
-        if which not in ("instantaneous", "short_term"):
-            raise ValueError("which must be 'instantaneous' or 'short_term'")
+        check_choice("which", which, ("instantaneous", "short_term"))
         st = self.compute(x)
         spec = st["specific_loudness"]
         if which == "short_term":
-            spec = L.agc(spec, self.stl_attack, self.stl_release, -2, self._agc_backend)
+            spec = self.loudness_integration.stl_agc(spec, -2)
         return {"specific_loudness": spec, "stl": st["stl"], "ltl": st["ltl"]}
 
-    def forward(self, x: Tensor) -> Any:
-        st = self.compute(x)
+    def forward(self, x: Tensor) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
+        """Long-term loudness ``(B, F)`` (sone) of pressure ``(B, T)`` or ``(T,)`` (Pa); with
+        ``return_stages=True`` ``(ltl, stages)`` (:meth:`compute` with the spectrum)."""
+        st = self.compute(x, with_spectrum=self.return_stages)
         if self.return_stages:
             return st["ltl"], st
         return st["ltl"]
-
-    def extra_repr(self) -> str:
-        return (
-            f"fs={self.fs:g}, preset={self.preset!r}, channels={self.n_channels}, "
-            f"dtype={self.dtype}, learnable={self.learnable}"
-        )
-
-
-def _unused(name: str, d: dict) -> None:
-    if d:
-        raise ValueError(f"unknown {name}: {sorted(d)}")

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from .._validation import (
     check_band,
@@ -15,12 +15,20 @@ from .._validation import (
     check_dtype,
     check_int,
     check_kwargs,
-    check_number,
     check_positive_finite,
     check_rate,
     check_str,
 )
 from ..functional import loudness as L
+from ..modules.loudness import (
+    BinauralInhibition,
+    ExcitationPattern,
+    LoudnessAGC,
+    MultiResolutionSpectrum,
+    OuterMiddleEarFilter,
+    SpecificLoudness,
+)
+from ._loudness import LoudnessModelBase, agc_coefficient, unused_keys
 
 __all__ = ["Moore2016", "MOORE2016_PRESETS"]
 
@@ -48,33 +56,33 @@ MOORE2016_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _alpha(group: str, d: dict, key: str, default: float) -> float:
-    """A per-frame AGC smoothing coefficient popped from ``d``: a number in (0, 1]."""
-    return check_number(
-        f"{group}[{key!r}]", d.pop(key, default), min=0.0, max=1.0, min_inclusive=False
-    )
-
-
-class Moore2016(nn.Module):
+class Moore2016(LoudnessModelBase):
     """Binaural loudness model for time-varying sounds (Moore et al. 2016).
 
     Pipeline per ear (1-ms frames, frame ``j`` centred on input sample ``32 j``, ``j = 0 …
-    floor(T / 32)``): free-field outer + middle-ear FIR (``ff_32000``, 4097 taps, linear phase,
-    applied by FFT convolution with its delay removed) → six-window spectrum (Hann 64 … 2 ms,
-    2048-point grid) → components more than 60 dB below the strongest or below -30 dB SPL
-    discarded → excitation pattern on 150 channels (1.75 … 39 Cam, 0.25-Cam steps; roex filters
-    with level-dependent lower slope) → instantaneous specific loudness (C = 0.0631) → short-term
-    AGC per channel → binaural inhibition (Gaussian smoothing across channels, ``p = 1.5978``) →
-    per-ear short-term loudness → long-term AGC per ear; binaural loudness = left + right.
+    floor(T / 32)``), one stage submodule each (:mod:`lhotse_amt.modules.loudness`):
+
+    * ``outer_middle_ear``: free-field outer + middle-ear FIR (``ff_32000``, 4097 taps, linear
+      phase, applied by FFT convolution with its delay removed);
+    * ``spectrum``: six-window spectrum (Hann 64 … 2 ms, 2048-point grid); components more than
+      60 dB below the strongest or below -30 dB SPL discarded;
+    * ``excitation``: excitation pattern on 150 channels (1.75 … 39 Cam, 0.25-Cam steps; roex
+      filters with level-dependent lower slope; its level stage is ``excitation.erb_integration``);
+    * ``specific_loudness``: instantaneous specific loudness (C = 0.0631);
+    * ``temporal_integration``: short-term AGC per channel;
+    * ``binaural_loudness``: binaural inhibition (Gaussian smoothing across channels,
+      ``p = 1.5978``), per-ear short-term loudness = Σ / 4;
+    * ``ltl_agc_left``, ``ltl_agc_right``: long-term AGC per ear; binaural loudness = left +
+      right.
 
     Args:
         fs: input sampling rate (Hz). Other rates than 32 kHz are resampled to 32 kHz with
             :func:`scipy.signal.resample_poly` (not differentiable).
         learnable: make the loudness constant ``C`` and the inhibition exponent ``p``
             trainable ``nn.Parameter`` s.
-        return_stages: ``forward`` also returns a dict of intermediate stages.
+        return_stages: ``forward`` also returns a dict of intermediate stages (with the
+            spectrum).
         dtype: computation dtype (``torch.float32`` or ``torch.float64``).
-        preset: ``"amt-1.4"`` (default) or ``"moore2016-original"``, see ``MOORE2016_PRESETS``.
         outer_middle_ear_kwargs: ``{"taps": array}`` to replace the ear FIR (odd length,
             symmetric; the delay ``(len - 1) / 2`` is removed).
         spectrum_kwargs: ``{"prune": bool}`` (default True: the 60-dB/-30-dB component rule).
@@ -82,13 +90,15 @@ class Moore2016(nn.Module):
         specific_loudness_kwargs: ``{"c": 0.0631, "lowest_channel": "zero" | "extrapolate"}``.
         temporal_integration_kwargs: STL AGC ``{"attack_alpha", "release_alpha"}`` per frame.
         binaural_loudness_kwargs: ``{"sigma": 0.08, "p": 1.5978}``.
-        ltl_agc_kwargs: LTL AGC ``{"attack_alpha", "release_alpha"}`` per frame.
-        chunk_frames: frames processed together in the excitation stage (memory/speed).
+        ltl_agc_kwargs: LTL AGC ``{"attack_alpha", "release_alpha"}`` per frame (both ears).
+        preset: ``"amt-1.4"`` (default) or ``"moore2016-original"``, see ``MOORE2016_PRESETS``
+            (keyword only).
+        chunk_frames: frames processed together in the excitation stage (keyword only).
         backend: ``"auto"`` (default): the compiled CPU path
-            (:class:`lhotse_amt.functional.loudness.FastExcitation`, numba) when the input is on
-            the CPU and no gradient is needed, the differentiable torch reference otherwise;
-            ``"torch"``: always the reference; ``"fast"``: always the compiled path (CPU, no
-            gradient). Both give the same result up to float rounding.
+            (:class:`lhotse_amt.ops.loudness_fast.FastExcitation`, numba) for eager CPU input
+            without gradient, the differentiable torch stages otherwise; ``"torch"``: always
+            the torch stages; ``"fast"``: always the compiled path (CPU, no gradient). Both
+            give the same result up to float rounding (keyword only).
 
     Input:
         sound pressure in **pascals**, channels first: ``(2, T)`` or ``(B, 2, T)`` with channel 0
@@ -103,6 +113,7 @@ class Moore2016(nn.Module):
     """
 
     n_ears = 2
+    first_frame = 0
 
     def __init__(
         self,
@@ -110,7 +121,6 @@ class Moore2016(nn.Module):
         learnable: bool = False,
         return_stages: bool = False,
         dtype: torch.dtype = torch.float32,
-        preset: str = "amt-1.4",
         outer_middle_ear_kwargs: dict[str, Any] | None = None,
         spectrum_kwargs: dict[str, Any] | None = None,
         excitation_kwargs: dict[str, Any] | None = None,
@@ -118,6 +128,8 @@ class Moore2016(nn.Module):
         temporal_integration_kwargs: dict[str, Any] | None = None,
         binaural_loudness_kwargs: dict[str, Any] | None = None,
         ltl_agc_kwargs: dict[str, Any] | None = None,
+        *,
+        preset: str = "amt-1.4",
         chunk_frames: int = 16,
         backend: str = "auto",
     ) -> None:
@@ -137,109 +149,116 @@ class Moore2016(nn.Module):
             ltl_agc_kwargs=ltl_agc_kwargs,
         ).items():
             check_kwargs(k, v)
-        check_int("chunk_frames", chunk_frames, min=1)
+        self.chunk_frames = check_int("chunk_frames", chunk_frames, min=1)
         check_choice("backend", backend, ("auto", "torch", "fast"))
         if preset not in MOORE2016_PRESETS:
             raise ValueError(f"unknown preset {preset!r}; choose from {list(MOORE2016_PRESETS)}")
         if dtype not in (torch.float32, torch.float64):
-            raise ValueError("dtype must be torch.float32 or torch.float64")
+            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         cfg = dict(MOORE2016_PRESETS[preset])
-        self.fs = float(fs)
-        self.learnable = learnable
-        self.return_stages = return_stages
-        self.dtype = dtype
+        self._init_common(fs, learnable, return_stages, dtype, backend)
         self.preset = preset
-        self.chunk_frames = int(chunk_frames)
-        if backend not in ("auto", "torch", "fast"):
-            raise ValueError("backend must be 'auto', 'torch' or 'fast'")
-        self.backend = backend
-        self._fast: L.FastExcitation | None = None
-        self._sl: dict[str, np.ndarray] | None = None
 
         ome = dict(outer_middle_ear_kwargs or {})
-        taps = np.asarray(ome.pop("taps", L.loudness_tables()["ff_32000"]), dtype=np.float64)
-        if taps.ndim != 1 or len(taps) % 2 == 0:
-            raise ValueError("ear filter taps must be a 1-D array of odd length")
-        if not np.isfinite(taps).all():
-            raise ValueError("ear filter taps must be finite (no NaN or inf)")
-        self._check_unused("outer_middle_ear_kwargs", ome)
-        self.register_buffer("ear_fir", torch.tensor(taps, dtype=dtype), persistent=False)
+        taps = ome.pop("taps", None)
+        unused_keys("outer_middle_ear_kwargs", ome)
 
         spk = dict(spectrum_kwargs or {})
-        self.prune = check_bool("spectrum_kwargs['prune']", spk.pop("prune", True))
-        self._check_unused("spectrum_kwargs", spk)
-        self._bases = L.dft_bases("moore2016")
-        for i, (_, _, basis) in enumerate(self._bases):
-            self.register_buffer(
-                f"dft_basis_{i}", torch.tensor(basis, dtype=dtype), persistent=False
-            )
+        prune = check_bool("spectrum_kwargs['prune']", spk.pop("prune", True))
+        unused_keys("spectrum_kwargs", spk)
 
         exk = dict(excitation_kwargs or {})
         lo, hi = check_band(
             exk.pop("erb_lower", 1.75), exk.pop("erb_upper", 39.0), names=("erb_lower", "erb_upper")
         )
         step = check_positive_finite("erb_step", exk.pop("erb_step", 0.25))
-        self._check_unused("excitation_kwargs", exk)
+        unused_keys("excitation_kwargs", exk)
         cams = np.arange(lo, hi + step / 2, step)
-        self.erb_numbers = cams
-        self.erb_fc_hz = L.cam_to_hz(cams)
-        self.n_channels = len(cams)
-        mats = L.excitation_matrices(self.erb_fc_hz, "moore2016")
-        self._n_below = mats["n_below"]
-        for k in ("level", "upper", "lower_h"):
-            self.register_buffer(f"exc_{k}", torch.tensor(mats[k], dtype=dtype), persistent=False)
+        self._set_channels(cams)
 
         slk = dict(specific_loudness_kwargs or {})
         c = check_positive_finite("specific_loudness_kwargs['c']", slk.pop("c", 0.0631))
         lowest = slk.pop("lowest_channel", cfg["lowest_channel"])
-        self._check_unused("specific_loudness_kwargs", slk)
-        if lowest not in ("zero", "extrapolate"):
-            raise ValueError("lowest_channel must be 'zero' or 'extrapolate'")
-        params = L.specific_loudness_params(self.erb_fc_hz, "extrapolate")
-        outside = L.specific_loudness_params(self.erb_fc_hz, "nan")["a"]
-        keep = np.where(np.isnan(outside) & (lowest == "zero"), 0.0, 1.0)
-        for k, v in params.items():
-            self.register_buffer(f"sl_{k}", torch.tensor(v, dtype=dtype), persistent=False)
-        self.register_buffer("channel_mask", torch.tensor(keep, dtype=dtype), persistent=False)
-        self.lowest_channel = lowest
+        unused_keys("specific_loudness_kwargs", slk)
+        check_choice("specific_loudness_kwargs['lowest_channel']", lowest, ("zero", "extrapolate"))
 
+        group = "temporal_integration_kwargs"
         tik = dict(temporal_integration_kwargs or {})
-        self.stl_attack = _alpha(
-            "temporal_integration_kwargs", tik, "attack_alpha", cfg["stl_attack"]
-        )
-        self.stl_release = _alpha(
-            "temporal_integration_kwargs", tik, "release_alpha", cfg["stl_release"]
-        )
-        self._check_unused("temporal_integration_kwargs", tik)
+        stl_a = agc_coefficient(group, tik, "attack_alpha", cfg["stl_attack"])
+        stl_r = agc_coefficient(group, tik, "release_alpha", cfg["stl_release"])
+        unused_keys(group, tik)
         ltk = dict(ltl_agc_kwargs or {})
-        self.ltl_attack = _alpha("ltl_agc_kwargs", ltk, "attack_alpha", cfg["ltl_attack"])
-        self.ltl_release = _alpha("ltl_agc_kwargs", ltk, "release_alpha", cfg["ltl_release"])
-        self._check_unused("ltl_agc_kwargs", ltk)
+        ltl_a = agc_coefficient("ltl_agc_kwargs", ltk, "attack_alpha", cfg["ltl_attack"])
+        ltl_r = agc_coefficient("ltl_agc_kwargs", ltk, "release_alpha", cfg["ltl_release"])
+        unused_keys("ltl_agc_kwargs", ltk)
 
         bik = dict(binaural_loudness_kwargs or {})
         sigma = check_positive_finite("binaural_loudness_kwargs['sigma']", bik.pop("sigma", 0.08))
         p = check_positive_finite("binaural_loudness_kwargs['p']", bik.pop("p", 1.5978))
-        self._check_unused("binaural_loudness_kwargs", bik)
-        smooth = L.binaural_smoothing_matrix(self.n_channels, sigma, step)
-        self.register_buffer("binaural_smooth", torch.tensor(smooth, dtype=dtype), persistent=False)
+        unused_keys("binaural_loudness_kwargs", bik)
 
-        if learnable:
-            self.c = nn.Parameter(torch.tensor(c, dtype=dtype))
-            self.inhibition_p = nn.Parameter(torch.tensor(p, dtype=dtype))
-        else:
-            self.register_buffer("c", torch.tensor(c, dtype=dtype), persistent=False)
-            self.register_buffer("inhibition_p", torch.tensor(p, dtype=dtype), persistent=False)
+        agc_backend = self._agc_backend
+        self.outer_middle_ear = OuterMiddleEarFilter(taps, dtype)
+        self.spectrum = MultiResolutionSpectrum("moore2016", prune=prune, dtype=dtype)
+        self.excitation = ExcitationPattern(self.erb_fc_hz, "moore2016", True, dtype)
+        self.specific_loudness = SpecificLoudness(
+            self.erb_fc_hz, c, "moore2016", lowest, learnable, dtype
+        )
+        self.temporal_integration = LoudnessAGC(stl_a, stl_r, agc_backend)
+        self.binaural_loudness = BinauralInhibition(
+            self.n_channels, sigma, p, step, learnable, dtype
+        )
+        self.ltl_agc_left = LoudnessAGC(ltl_a, ltl_r, agc_backend)
+        self.ltl_agc_right = LoudnessAGC(ltl_a, ltl_r, agc_backend)
 
-    @staticmethod
-    def _check_unused(name: str, d: dict) -> None:
-        if d:
-            raise ValueError(f"unknown {name}: {sorted(d)}")
+    def _stages(self) -> tuple:
+        return self.outer_middle_ear, self.spectrum, None, self.excitation, self.specific_loudness
 
     # ------------------------------------------------------------------------------------------
     @property
-    def frame_rate(self) -> float:
-        """Frames per second of all outputs (1000)."""
-        return L.FS / L.HOP
+    def c(self) -> Tensor:
+        """The specific-loudness constant ``C`` (parameter with ``learnable=True``)."""
+        return self.specific_loudness.c
+
+    @property
+    def inhibition_p(self) -> Tensor:
+        """The binaural inhibition exponent ``p`` (parameter with ``learnable=True``)."""
+        return self.binaural_loudness.p
+
+    @property
+    def binaural_smooth(self) -> Tensor:
+        """The cross-channel smoothing matrix ``(C, C)`` of the binaural inhibition."""
+        return self.binaural_loudness.smooth
+
+    @property
+    def prune(self) -> bool:
+        """Whether the 60-dB/-30-dB component rule is applied."""
+        return self.spectrum.prune
+
+    @property
+    def lowest_channel(self) -> str:
+        """``"zero"`` or ``"extrapolate"`` (see ``MOORE2016_PRESETS``)."""
+        return self.specific_loudness.lowest_channel
+
+    @property
+    def stl_attack(self) -> float:
+        """Short-term AGC attack coefficient per frame."""
+        return self.temporal_integration.attack_alpha
+
+    @property
+    def stl_release(self) -> float:
+        """Short-term AGC release coefficient per frame."""
+        return self.temporal_integration.release_alpha
+
+    @property
+    def ltl_attack(self) -> float:
+        """Long-term AGC attack coefficient per frame."""
+        return self.ltl_agc_left.attack_alpha
+
+    @property
+    def ltl_release(self) -> float:
+        """Long-term AGC release coefficient per frame."""
+        return self.ltl_agc_left.release_alpha
 
     @property
     def n_features(self) -> int:
@@ -250,125 +269,34 @@ class Moore2016(nn.Module):
         """Number of output frames for ``n_samples`` input samples at 32 kHz."""
         return n_samples // L.HOP + 1
 
-    def _prepare(self, x: Tensor) -> tuple[Tensor, bool]:
-        if not isinstance(x, Tensor):
-            x = torch.as_tensor(np.asarray(x))
-        if x.dim() == 2:
-            squeeze = True
-            x = x.unsqueeze(0)
-        elif x.dim() == 3:
-            squeeze = False
-        else:
+    def _check_shape(self, x: Tensor) -> bool:
+        if x.dim() not in (2, 3):
             raise ValueError(
                 "Moore2016 expects (2, T) or (B, 2, T) pressure in Pa (channels first: left, "
                 f"right), got shape {tuple(x.shape)}"
             )
-        if x.shape[1] != 2:
+        if x.shape[-2] != 2:
             raise ValueError(
-                f"Moore2016 expects 2 ear channels on axis -2 (left, right), got {x.shape[1]} "
+                f"Moore2016 expects 2 ear channels on axis -2 (left, right), got {x.shape[-2]} "
                 f"(shape {tuple(x.shape)}); for a diotic sound stack the signal twice"
             )
-        L.check_pressure_signal(x, "Moore2016 input", min_samples=1)
-        x = x.to(self.dtype)
-        if self.fs != L.FS:
-            x = L.resample_to_32k(x, self.fs)
-        if x.shape[-1] < L.HOP:
-            raise ValueError(f"Moore2016 input too short: {x.shape[-1]} samples at 32 kHz (< 32)")
-        return x, squeeze
+        return x.dim() == 2
 
-    def _sl_numpy(self) -> dict[str, np.ndarray]:
-        # per-channel specific-loudness constants for the compiled path (built once)
-        if self._sl is None:
-            sl = {k: getattr(self, f"sl_{k}").numpy() for k in ("g", "a", "alpha", "e_thrq")}
-            sl["a_alpha"] = (self.sl_a**self.sl_alpha).numpy()
-            sl["mask"] = self.channel_mask.numpy()
-            self._sl = sl
-        return self._sl
-
-    @property
-    def _agc_backend(self) -> str:
-        # backend="torch" runs the AGC reference too; otherwise lhotse_amt.functional.loudness.agc
-        # chooses (no-grad numba kernel or the differentiable operator lhotse_amt::agc)
-        return "torch" if self.backend == "torch" else "auto"
-
-    def _use_fast(self, x: Tensor) -> bool:
-        if self.backend == "torch":
-            return False
-        ok = L.fast_path_ok(x, self)
-        if self.backend == "fast" and not ok:
-            raise RuntimeError("backend='fast' needs CPU input and no gradient")
-        return ok
-
-    def _params(self) -> dict[str, Tensor]:
-        return {"g": self.sl_g, "a": self.sl_a, "alpha": self.sl_alpha, "e_thrq": self.sl_e_thrq}
-
-    def _instantaneous(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Instantaneous specific loudness ``(B, 2, F, C)`` and excitation level ``(B, 2, F, C)``
-        (dB, ``10 log10(E)``)."""
-        n = x.shape[-1]
-        f_total = self.n_frames(n)
-        half = (self.ear_fir.shape[0] - 1) // 2
-        bases = [
-            (ln, b, getattr(self, f"dft_basis_{i}")) for i, (ln, b, _) in enumerate(self._bases)
-        ]
-        params = self._params()
-        if self._use_fast(x):
-            if self._fast is None:
-                self._fast = L.FastExcitation(self.erb_fc_hz, "moore2016", "moore2016", self.dtype)
-            keep_rule = ("prune", 1000.0) if self.prune else ("floor", 0.0)
-            # diotic input (both ears bit-identical): the monaural stages are the same for both
-            # ears, so they are computed once (exact)
-            diotic = bool(torch.equal(x[:, 0], x[:, 1]))
-            z = L.fir_filter_full(x[:, :1] if diotic else x, self.ear_fir)
-            # frames without kept components: E = 1e-10, i.e. -100 dB (as in the torch path)
-            nsp, e, _ = self._fast.specific_loudness_frames(
-                z,
-                -half,
-                0,
-                f_total,
-                bases,
-                keep_rule,
-                self._sl_numpy(),
-                float(self.c),
-                "moore2016",
-                excitation_db=-100.0,
-            )
-            if diotic:
-                nsp, e = nsp.repeat(1, 2, 1, 1), e.repeat(1, 2, 1, 1)
-            return nsp, e
-        z = L.fir_filter_full(x, self.ear_fir)
-        inten = L.multires_intensity(z, -half, 0, f_total, bases)
-        keep = L.prune_components(inten) if self.prune else inten > 0
-        spec, exc = [], []
-        for f0 in range(0, f_total, self.chunk_frames):
-            f1 = min(f0 + self.chunk_frames, f_total)
-            ic, kc = inten[..., f0:f1, :], keep[..., f0:f1, :]
-            cols = torch.nonzero(kc.reshape(-1, L.N_BINS).any(0)).flatten()
-            if cols.numel() == 0:
-                e = ic.new_full((*ic.shape[:-1], self.n_channels), 1e-10)
-                spec.append(torch.zeros_like(e))
-                exc.append(e)
-                continue
-            if cols.numel() == L.N_BINS:  # dense spectrum: no gathers
-                mats = {
-                    "level": self.exc_level,
-                    "upper": self.exc_upper,
-                    "lower_h": self.exc_lower_h,
-                }
-                e, anyk = L.excitation_moore2016(ic, kc, mats, self._n_below)
-            else:
-                mats = {
-                    "level": self.exc_level[cols][:, cols],
-                    "upper": self.exc_upper[cols],
-                    "lower_h": self.exc_lower_h[cols],
-                }
-                n_below = np.searchsorted(cols.cpu().numpy(), self._n_below)
-                e, anyk = L.excitation_moore2016(ic[..., cols], kc[..., cols], mats, n_below)
-            nsp = L.specific_loudness(e, params, self.c, "moore2016")
-            nsp = nsp * self.channel_mask * anyk[..., None].to(nsp.dtype)
-            spec.append(nsp)
-            exc.append(e)
-        return torch.cat(spec, dim=-2), 10.0 * torch.log10(torch.cat(exc, dim=-2))
+    def _instantaneous(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, bool]:
+        """Instantaneous specific loudness ``(B, 2, F, C)``, excitation level ``(B, 2, F, C)``
+        (dB), the ear-filtered signal ``(B, 2, M)`` and whether the fast path ran."""
+        f_total = self.n_frames(x.shape[-1])
+        fast = self._use_fast(x)
+        # diotic input (both ears bit-identical) on the fast path: the monaural stages are the
+        # same for both ears, so they are computed once (exact)
+        diotic = fast and bool(torch.equal(x[:, 0], x[:, 1]))
+        z = self._filtered(x[:, :1] if diotic else x, fast)
+        fr = self._frames(z, 0, f_total, fast)
+        nsp, e_db = fr.specific_loudness, fr.excitation_db
+        if diotic:
+            z = z.expand(-1, 2, -1)
+            nsp, e_db = nsp.repeat(1, 2, 1, 1), e_db.repeat(1, 2, 1, 1)
+        return nsp, e_db, z, fast
 
     def instantaneous_specific_loudness(self, x: Tensor) -> Tensor:
         """Instantaneous specific loudness ``(B, 2, F, C)`` (sone/Cam) of ``(B, 2, T)`` pressure
@@ -376,41 +304,40 @@ class Moore2016(nn.Module):
         x, _ = self._prepare(x)
         return self._instantaneous(x)[0]
 
-    def compute(self, x: Tensor) -> dict[str, Tensor]:
+    def compute(self, x: Tensor, with_spectrum: bool = False) -> dict[str, Tensor]:
         """Run the model and return every stage.
 
         Keys (shapes for ``(B, 2, T)`` input; ``F = floor(T / 32) + 1`` frames at 1 kHz,
         ``C = 150`` channels): ``stl``, ``ltl`` ``(B, F)`` binaural (sone); ``max_ltl`` ``(B,)``;
-        ``stl_left``, ``stl_right``, ``ltl_left``, ``ltl_right`` ``(B, F)`` per ear after
-        inhibition; ``inst_left``, ``inst_right`` ``(B, F)`` = Σ instantaneous specific
-        loudness / 4 (no inhibition); ``excitation_left/right`` ``(B, F, C)`` (dB);
+        ``stl_loud_left``, ``stl_loud_right``, ``ltl_loud_left``, ``ltl_loud_right`` ``(B, F)``
+        per ear after inhibition; ``inst_left``, ``inst_right`` ``(B, F)`` = Σ instantaneous
+        specific loudness / 4 (no inhibition); ``excitation_left/right`` ``(B, F, C)`` (dB);
         ``inst_spec_loud_left/right``, ``stl_spec_loud_left/right`` ``(B, F, C)`` (sone/Cam);
-        ``frame_times_s`` ``(F,)``; ``erb_fc_hz`` ``(C,)``. The batch axis is dropped for 2-D
-        input.
+        ``filtered_left/right`` ``(B, T)`` the ear-filtered pressure (Pa, delay removed);
+        ``frame_times_s`` ``(F,)``; ``erb_fc_hz`` ``(C,)``. With ``with_spectrum=True`` also
+        ``freqs_left/right`` ``(B, F, 960)`` (Hz) and ``levels_left/right`` ``(B, F, 960)``
+        (dB SPL) of the spectral components on the full 960-bin grid, ``-inf`` for components
+        the pruning rule discards. The batch axis is dropped for 2-D input.
         """
         x, squeeze = self._prepare(x)
-        inst, exc = self._instantaneous(x)
-        stl_spec = L.agc(inst, self.stl_attack, self.stl_release, -2, self._agc_backend)
-        sl, sr = L.binaural_inhibition(
-            stl_spec[:, 0], stl_spec[:, 1], self.binaural_smooth, self.inhibition_p
-        )
+        inst, exc, z, fast = self._instantaneous(x)
+        stl_spec = self.temporal_integration(inst, -2)
+        sl, sr = self.binaural_loudness(stl_spec[:, 0], stl_spec[:, 1])
         stl_l = sl.sum(-1) / 4.0
         stl_r = sr.sum(-1) / 4.0
-        ltl_lr = L.agc(
-            torch.stack([stl_l, stl_r], 1), self.ltl_attack, self.ltl_release, -1, self._agc_backend
-        )
-        ltl_l, ltl_r = ltl_lr[:, 0], ltl_lr[:, 1]
-        stl = stl_l + stl_r
+        ltl_l = self.ltl_agc_left(stl_l)
+        ltl_r = self.ltl_agc_right(stl_r)
         ltl = ltl_l + ltl_r
-        f = inst.shape[-2]
+        delay = self.outer_middle_ear.delay
+        filtered = z[..., delay : delay + x.shape[-1]]
         out = {
-            "stl": stl,
+            "stl": stl_l + stl_r,
             "ltl": ltl,
             "max_ltl": ltl.amax(-1),
-            "stl_left": stl_l,
-            "stl_right": stl_r,
-            "ltl_left": ltl_l,
-            "ltl_right": ltl_r,
+            "stl_loud_left": stl_l,
+            "stl_loud_right": stl_r,
+            "ltl_loud_left": ltl_l,
+            "ltl_loud_right": ltl_r,
             "inst_left": inst[:, 0].sum(-1) / 4.0,
             "inst_right": inst[:, 1].sum(-1) / 4.0,
             "excitation_left": exc[:, 0],
@@ -419,11 +346,25 @@ class Moore2016(nn.Module):
             "inst_spec_loud_right": inst[:, 1],
             "stl_spec_loud_left": stl_spec[:, 0],
             "stl_spec_loud_right": stl_spec[:, 1],
+            "filtered_left": filtered[:, 0],
+            "filtered_right": filtered[:, 1],
         }
+        if with_spectrum:
+            inten = self._spectrum(z, 0, inst.shape[-2], fast)
+            keep = self.spectrum.kept(inten)
+            levels = torch.where(
+                keep,
+                10.0 * torch.log10(torch.where(keep, inten, torch.ones_like(inten))),
+                torch.full_like(inten, -torch.inf),
+            )
+            freqs = self.spectrum.freqs.to(inten.dtype).expand_as(inten)
+            for i, side in enumerate(("left", "right")):
+                out[f"freqs_{side}"] = freqs[:, i]
+                out[f"levels_{side}"] = levels[:, i]
         if squeeze:
             out = {k: v.squeeze(0) for k, v in out.items()}
-        out["frame_times_s"] = torch.arange(f, dtype=torch.float64) / self.frame_rate
-        out["erb_fc_hz"] = torch.tensor(self.erb_fc_hz)
+        out["frame_times_s"] = torch.arange(inst.shape[-2], dtype=torch.float64) / self.frame_rate
+        out["erb_fc_hz"] = self.get_erb_frequencies()
         return out
 
     def specific_loudness_frames(
@@ -436,22 +377,20 @@ class Moore2016(nn.Module):
         centred on sample ``32 j`` at 32 kHz). ``which``: ``"instantaneous"`` (before the AGC)
         or ``"short_term"`` (after the STL AGC, before inhibition).
         """
-        if which not in ("instantaneous", "short_term"):
-            raise ValueError("which must be 'instantaneous' or 'short_term'")
+        check_choice("which", which, ("instantaneous", "short_term"))
         st = self.compute(x)
         key = "inst_spec_loud" if which == "instantaneous" else "stl_spec_loud"
         spec = torch.cat([st[f"{key}_left"], st[f"{key}_right"]], dim=-1)
         return {"specific_loudness": spec, "stl": st["stl"], "ltl": st["ltl"]}
 
-    def forward(self, x: Tensor) -> Any:
-        st = self.compute(x)
+    def forward(
+        self, x: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor] | tuple[tuple[Tensor, Tensor, Tensor], dict[str, Tensor]]:
+        """``(stl, ltl, max_ltl)`` of pressure ``(B, 2, T)`` or ``(2, T)`` (Pa); with
+        ``return_stages=True`` ``((stl, ltl, max_ltl), stages)`` (:meth:`compute` with the
+        spectrum)."""
+        st = self.compute(x, with_spectrum=self.return_stages)
         res = (st["stl"], st["ltl"], st["max_ltl"])
         if self.return_stages:
             return res, st
         return res
-
-    def extra_repr(self) -> str:
-        return (
-            f"fs={self.fs:g}, preset={self.preset!r}, channels={self.n_channels}, "
-            f"dtype={self.dtype}, learnable={self.learnable}"
-        )

@@ -1,0 +1,275 @@
+"""Excitation pattern and specific loudness of the loudness models (plain torch).
+
+Rounded-exponential weighting ``W(g) = (1 + p|g|) exp(-p|g|)`` with ``g = (f - fc) / fc``,
+``p = 4 fc / ERB(fc)`` on the upper side and the level-dependent lower slope
+``p_l = p - 0.35 (p / p(1 kHz)) (X - 51)`` (Moore, Glasberg & Baer 1997, Eq. 4; ANSI S3.4-2007,
+Eq. 5), where ``X`` is an input level per ERB (dB). Specific loudness: Moore, Glasberg & Baer
+(1997), Eqs. 2–4; ANSI S3.4-2007, Eqs. 17–19.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .scales import bin_hz, loudness_tables, roex, roex_p
+
+__all__ = [
+    "P1000",
+    "SLOPE_BETA",
+    "ExcitationMatrices",
+    "excitation_matrices",
+    "erb_level_db",
+    "excitation_pattern",
+    "excitation_moore2016",
+    "excitation_gm2002",
+    "SpecificLoudnessParams",
+    "specific_loudness_params",
+    "specific_loudness",
+]
+
+#: roex slope ``p`` at 1 kHz
+P1000 = float(roex_p(1000.0))
+#: lower-slope factor per dB: ``p_l / p = 1 - SLOPE_BETA (X - 51)``
+SLOPE_BETA = 0.35 / P1000
+
+
+@dataclass(frozen=True)
+class ExcitationMatrices:
+    """Level-independent roex matrices of the excitation stage (numpy, float64).
+
+    Attributes:
+        level: matrix giving the input intensity per ERB: ``(960, 960)`` at the components
+            (variants ``"moore2016"``, ``"component"``) or ``(960, C)`` at the channel centres
+            (``"gm2002"``).
+        upper: ``(960, C)`` upper-side weights (components at or above ``fc``).
+        lower_h: ``(960, C)``: ``-p(fc) |g|`` for components below ``fc``, -80 elsewhere.
+        n_below: ``(C,)`` number of bins below each ``fc``.
+    """
+
+    level: np.ndarray
+    upper: np.ndarray
+    lower_h: np.ndarray
+    n_below: np.ndarray
+
+
+def excitation_matrices(fc: np.ndarray, variant: str) -> ExcitationMatrices:
+    """Precomputed roex matrices for channel centres ``fc`` (Hz).
+
+    ``variant``: ``"moore2016"`` (level per ERB at each component from the component's own
+    symmetric roex, Cambridge 2016 code), ``"component"`` (level per ERB at each component from
+    the roex filter centred there) or ``"gm2002"`` (at the channel centres, Glasberg & Moore
+    2002, Sec. 2.3). All include the restriction ``g <= 4`` of the reference code.
+    """
+    if variant not in ("moore2016", "component", "gm2002"):
+        raise ValueError(f"variant must be 'moore2016', 'component' or 'gm2002', got {variant!r}")
+    f = bin_hz()
+    pc = roex_p(fc)
+    g = (f[:, None] - fc[None, :]) / fc[None, :]  # (K, C)
+    ok = g <= 4.0
+    upper = np.where((f[:, None] >= fc[None, :]) & ok, roex(pc[None, :] * np.abs(g)), 0.0)
+    lower_h = np.where(f[:, None] < fc[None, :], -pc[None, :] * np.abs(g), -80.0)
+    if variant == "moore2016":
+        pk = roex_p(f)
+        gk = (f[None, :] - f[:, None]) / f[:, None]  # (i, k): component i filter at f_k
+        level = np.where(gk <= 4.0, roex(pk[:, None] * np.abs(gk)), 0.0)
+    elif variant == "component":
+        pk = roex_p(f)
+        gk = (f[:, None] - f[None, :]) / f[None, :]  # (i, k): filter at f_k, component i
+        level = np.where(gk <= 4.0, roex(pk[None, :] * np.abs(gk)), 0.0)
+    else:
+        level = np.where(ok, roex(pc[None, :] * np.abs(g)), 0.0)
+    n_below = (f[:, None] < fc[None, :]).sum(axis=0)
+    # weights below 1e-30 are negligible and would be subnormal in float32 (slow matmuls)
+    level = np.where(level < 1e-30, 0.0, level)
+    upper = np.where(upper < 1e-30, 0.0, upper)
+    return ExcitationMatrices(level, upper, lower_h, n_below)
+
+
+def _lower_branch(
+    intensity: Tensor, s: Tensor, lower_h: Tensor, n_below: np.ndarray, per_channel: bool
+) -> Tensor:
+    """Sum over components below each channel of ``I_k W(p_l |g|)`` with ``p_l |g| = s h``.
+
+    ``s`` is ``(..., K)`` (per component, Moore2016) or ``(..., C)`` (per channel, GM2002).
+    Channels are processed in groups; each group uses only the bins below its highest centre.
+    """
+    c_total = lower_h.shape[1]
+    out = []
+    # few components (sparse spectra): one group; many: groups of 16 channels, so that the
+    # staircase of "bins below fc" is followed closely and the blocks stay cache-sized
+    group = c_total if lower_h.shape[0] <= 256 else 16
+    for c0 in range(0, c_total, group):
+        c1 = min(c0 + group, c_total)
+        kmax = int(n_below[c1 - 1])
+        if kmax == 0:
+            out.append(intensity.new_zeros(*intensity.shape[:-1], c1 - c0))
+            continue
+        h = lower_h[:kmax, c0:c1]
+        # v = -u = -p_l |g|; exp(-80) is still a normal float32 (larger arguments would hit
+        # the slow underflow path and contribute nothing)
+        if per_channel:
+            v = s[..., None, c0:c1] * h
+        else:
+            v = s[..., :kmax, None] * h
+        v = v.clamp(min=-80.0)
+        e = torch.exp(v)
+        w = torch.addcmul(e, v, e, value=-1.0)  # (1 + u) exp(-u)
+        out.append((intensity[..., None, :kmax] @ w).squeeze(-2))
+    return torch.cat(out, dim=-1)
+
+
+def erb_level_db(intensity: Tensor, level: Tensor) -> Tensor:
+    """Input level per ERB (dB), ``10 log10(max(I @ level, 1e-30))``.
+
+    ``intensity (..., K)`` re (20 µPa)²; ``level`` of :class:`ExcitationMatrices` ``(K, K)`` (at
+    the components) or ``(K, C)`` (at the channel centres).
+    """
+    return 10.0 * torch.log10((intensity @ level).clamp_min(1e-30))
+
+
+def excitation_pattern(
+    intensity: Tensor,
+    level_db: Tensor,
+    upper: Tensor,
+    lower_h: Tensor,
+    n_below: np.ndarray,
+    per_channel: bool = False,
+) -> Tensor:
+    """Excitation ``E_c = sum_k I_k W(p, g_kc)`` with ``p = p(fc)`` for ``f_k >= fc`` and the
+    level-dependent ``p_l`` below, ``(..., C)`` (intensity units, not floored).
+
+    ``level_db`` is the input level per ERB that sets the lower slope: per component
+    ``(..., K)`` (Cambridge code) or, with ``per_channel=True``, per channel ``(..., C)``
+    (Glasberg & Moore 2002); the
+    other arguments are those of :class:`ExcitationMatrices` (as tensors, possibly restricted to
+    a subset of bins, then ``intensity`` holds the same subset).
+    """
+    s = 1.0 - SLOPE_BETA * (level_db - 51.0)
+    return intensity @ upper + _lower_branch(intensity, s, lower_h, n_below, per_channel)
+
+
+def excitation_moore2016(
+    intensity: Tensor,
+    keep: Tensor,
+    level: Tensor,
+    upper: Tensor,
+    lower_h: Tensor,
+    n_below: np.ndarray,
+) -> tuple[Tensor, Tensor]:
+    """Excitation pattern of the Cambridge 2016 code (per frame, per ear).
+
+    1. input level per ERB at each kept component ``X_k = 10 log10(sum_i I_i W(p(f_i), g_ik))``;
+    2. ``E_c = sum_k I_k W(p, g_kc)`` with ``p_l(fc, X_k)`` below ``fc``; ``E = max(E, 1e-10)``.
+
+    Args:
+        intensity: component intensities ``(..., F, K)`` (re (20 µPa)²).
+        keep: boolean mask of kept components, same shape.
+        level, upper, lower_h, n_below: :class:`ExcitationMatrices` (variant ``"moore2016"``
+            or ``"component"``) as tensors, possibly restricted to the ``K`` bins.
+
+    Returns:
+        ``(E, any_kept)``: excitation ``(..., F, C)`` and a ``(..., F)`` mask of frames with at
+        least one kept component (the specific loudness is 0 elsewhere).
+    """
+    i_kept = torch.where(keep, intensity, torch.zeros_like(intensity))
+    x_db = erb_level_db(i_kept, level)
+    e = excitation_pattern(i_kept, x_db, upper, lower_h, n_below)
+    return e.clamp_min(1e-10), keep.any(dim=-1)
+
+
+def excitation_gm2002(
+    intensity: Tensor, level: Tensor, upper: Tensor, lower_h: Tensor, n_below: np.ndarray
+) -> tuple[Tensor, Tensor]:
+    """Excitation pattern with the ANSI S3.4-2007 / Glasberg & Moore (2002) roex filters.
+
+    The lower slope of the filter centred at ``fc`` is set by the input level per ERB at ``fc``,
+    ``X_c = 10 log10(sum_k I_k W(p(fc), |g_kc|))`` (Glasberg & Moore 2002, Sec. 2.3;
+    ANSI S3.4-2007, Sec. 3.5). Returns ``(E, X_c)``, both ``(..., F, C)``; ``E`` in intensity
+    units re (20 µPa)², ``X_c`` in dB.
+    """
+    x_db = erb_level_db(intensity, level)
+    return excitation_pattern(intensity, x_db, upper, lower_h, n_below, True), x_db
+
+
+# ----------------------------------------------------------------------------------------------
+# specific loudness
+# ----------------------------------------------------------------------------------------------
+def _pchip(x: np.ndarray, y: np.ndarray, xi: np.ndarray, extrapolate: bool) -> np.ndarray:
+    from scipy.interpolate import PchipInterpolator
+
+    out = PchipInterpolator(x, y, extrapolate=True)(xi)
+    if not extrapolate:
+        out = np.where((xi < x[0]) | (xi > x[-1]), np.nan, out)
+    return out
+
+
+@dataclass(frozen=True)
+class SpecificLoudnessParams:
+    """Per-channel constants of the specific-loudness function, ``(C,)`` each (numpy arrays or
+    tensors): ``e_thrq`` excitation at threshold (linear), ``g`` low-level gain, ``alpha``
+    exponent, ``a`` additive constant."""
+
+    e_thrq: np.ndarray | Tensor
+    g: np.ndarray | Tensor
+    alpha: np.ndarray | Tensor
+    a: np.ndarray | Tensor
+
+
+def specific_loudness_params(
+    fc: np.ndarray, a_outside: str = "extrapolate"
+) -> SpecificLoudnessParams:
+    """Per-channel parameters of the specific-loudness function (MGB 1997 / ANSI S3.4-2007).
+
+    ``E_thrq`` (excitation at threshold, linear): table interpolated linearly in frequency below
+    500 Hz and held flat below 50 Hz, 3.63 dB from 500 Hz up; ``G = E_thrq(500) / E_thrq(f)``;
+    ``alpha(G)`` linear in G (dB), flat outside the table; ``A(G)`` piecewise-cubic Hermite in G.
+    ``a_outside``: ``"extrapolate"`` (MATLAB ``interp1(..., 'pchip')``) or ``"nan"`` (GNU Octave,
+    as in the AMT reference run: the channel gets A = NaN and its specific loudness is set to 0).
+    """
+    if a_outside not in ("extrapolate", "nan"):
+        raise ValueError(f"a_outside must be 'extrapolate' or 'nan', got {a_outside!r}")
+    t = loudness_tables()
+    fc = np.asarray(fc, dtype=np.float64)
+    thr = np.interp(fc, t["threshold_freq_hz"], t["threshold_excitation_db"])
+    thr = np.where(fc < 500.0, thr, 3.63)
+    g_db = 3.63 - thr
+    alpha = np.interp(g_db, t["g_db_for_alpha"], t["alpha_for_g"])
+    a = _pchip(t["g_db_for_a"], t["a_for_g"], g_db, a_outside == "extrapolate")
+    return SpecificLoudnessParams(10.0 ** (thr / 10.0), 10.0 ** (g_db / 10.0), alpha, a)
+
+
+def specific_loudness(
+    e: Tensor,
+    params: SpecificLoudnessParams,
+    c: Tensor | float,
+    high_level: str = "moore2016",
+) -> Tensor:
+    """Specific loudness ``N'`` (sone/Cam) from excitation ``E`` (intensity units), per channel.
+
+    Moore, Glasberg & Baer (1997), Eqs. 2–4; ANSI S3.4-2007, Eqs. 17–19:
+
+    * ``E_thrq < E <= 1e10``: ``N' = C [(G E + A)^alpha - A^alpha]``;
+    * ``E <= E_thrq``: ``N' = C (2E / (E + E_thrq))^1.5 [(G E + A)^alpha - A^alpha]``;
+    * ``E > 1e10``: ``C (E / 1.0707)^0.2`` (``high_level="moore2016"``, Cambridge 2016 code) or
+      ``C (E / 1.04e6)^0.5`` (``"mgb1997"``, as in Glasberg & Moore 2002).
+
+    Args:
+        e: ``(..., C)``; params: tensors of shape ``(C,)``; c: the constant ``C``.
+    """
+    g, a, alpha, thr = params.g, params.a, params.alpha, params.e_thrq
+    core = (g * e + a) ** alpha - a**alpha
+    n1 = c * core
+    n2 = c * (2.0 * e / (e + thr)) ** 1.5 * core
+    big = e > 1e10
+    e_hi = torch.where(big, e, torch.full_like(e, 1e10))
+    if high_level == "moore2016":
+        n3 = c * (e_hi / 1.0707) ** 0.2
+    elif high_level == "mgb1997":
+        n3 = c * (e_hi / 1.04e6) ** 0.5
+    else:
+        raise ValueError(f"high_level must be 'moore2016' or 'mgb1997', got {high_level!r}")
+    return torch.where(e > thr, torch.where(big, n3, n1), n2)

@@ -1,0 +1,231 @@
+"""Temporal integration (attack/release AGC) and binaural inhibition of the loudness models.
+
+Glasberg & Moore (2002), Sec. 2.6; Moore et al. (2016), Eqs. 4–7 (with the 2018 AGC constants
+of Moore, Jervis, Harries & Schlittenlacher in the AMT 1.4 preset).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..._validation import check_choice, check_int, check_number, check_signal, require
+from ..iir import grad_recorded
+
+__all__ = [
+    "AGC_BACKENDS",
+    "agc_reference",
+    "agc",
+    "binaural_smoothing_matrix",
+    "log_sech",
+    "binaural_inhibition_reference",
+    "binaural_inhibition",
+]
+
+
+def _check_agc_args(
+    x: Tensor,
+    attack: Tensor | float,
+    release: Tensor | float,
+    dim: int,
+    state: Tensor | None = None,
+) -> None:
+    check_signal(x, min_samples=1, min_dim=1, max_dim=None, name="x")
+    check_int("dim", dim, min=-x.dim(), max=x.dim() - 1)
+    if state is not None and not (torch.is_tensor(state) and state.is_floating_point()):
+        raise TypeError(f"state must be a floating-point tensor or None, got {state!r}")
+    inner = x.shape[: dim % x.dim()] + x.shape[dim % x.dim() + 1 :]
+    for name, v in (("attack", attack), ("release", release), ("state", state)):
+        if not torch.is_tensor(v):
+            if v is not None:
+                check_number(name, v, min=0.0, max=1.0, min_inclusive=False)
+            continue
+        if not v.is_floating_point():
+            raise TypeError(f"{name} must be a number or a floating-point tensor, got {v.dtype}")
+        try:
+            ok = torch.broadcast_shapes(v.shape, inner) == inner
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"{name} of shape {tuple(v.shape)} must broadcast against the input's non-time "
+                f"axes {tuple(inner)} (x {tuple(x.shape)}, dim={dim})"
+            )
+        if name != "state":
+            require(((v > 0.0) & (v <= 1.0)).all(), f"{name} must lie in (0, 1] (every element)")
+
+
+def agc_reference(
+    x: Tensor,
+    attack: Tensor | float,
+    release: Tensor | float,
+    dim: int = -1,
+    state: Tensor | None = None,
+) -> Tensor:
+    """Attack/release one-pole smoother, plain-torch reference (differentiable).
+
+    ``S[j] = S[j-1] + a (N[j] - S[j-1])`` with ``a = attack`` if ``N[j] > S[j-1]`` else
+    ``release``, ``S[-1] = 0`` (Glasberg & Moore 2002, Sec. 2.6; Moore et al. 2016, Eqs. 4–5)
+    or ``state``. ``attack``, ``release`` (in (0, 1], per frame) and ``state`` may be tensors
+    broadcasting against the shape of ``x`` without ``dim``. Loops over time (``dim``); all
+    other axes are processed in parallel. Computed in the dtype of ``x``.
+    """
+    _check_agc_args(x, attack, release, dim, state)
+    xt = x.movedim(dim, 0)
+    zero = torch.zeros_like(xt[0])
+    s = zero if state is None else zero + state.to(x.dtype)
+    att = attack.to(x.dtype) if torch.is_tensor(attack) else torch.full_like(zero, attack)
+    rel = release.to(x.dtype) if torch.is_tensor(release) else torch.full_like(zero, release)
+    out = []
+    for v in xt:
+        a = torch.where(v > s, att, rel)
+        s = s + a * (v - s)
+        out.append(s)
+    return torch.stack(out, 0).movedim(0, dim)
+
+
+#: ``backend`` values of :func:`agc`
+AGC_BACKENDS = ("auto", "operator", "torch", "reference", "numba", "triton")
+
+
+def agc(
+    x: Tensor,
+    attack: Tensor | float,
+    release: Tensor | float,
+    dim: int = -1,
+    backend: str = "auto",
+    state: Tensor | None = None,
+) -> Tensor:
+    """Attack/release AGC (see :func:`agc_reference`) of ``x`` along ``dim``.
+
+    ``backend="auto"``: eager CPU calls without gradient (number coefficients, no
+    ``state``, not traced by ``torch.compile``/``torch.export``) run the numba kernel of
+    :mod:`lhotse_amt.kernels.agc`; everything else runs the registered operator
+    ``lhotse_amt::agc`` (:func:`lhotse_amt.ops.loudness.agc`: compiled CPU kernel, compiled
+    backward w.r.t. ``x``, ``attack``, ``release`` and ``state``; same values as the numba
+    kernel), except CUDA tensors without a CUDA kernel of the operator, which keep the
+    Triton no-grad kernel (no gradient) or the reference. ``"operator"`` forces the
+    operator, ``"torch"``/``"reference"`` the plain-torch reference, ``"numba"`` and
+    ``"triton"`` the no-grad kernels (number coefficients, no ``state``, no gradient).
+    """
+    _check_agc_args(x, attack, release, dim, state)
+    check_choice("backend", backend, AGC_BACKENDS)
+    from lhotse_amt.kernels import agc as kagc
+
+    plain = state is None and not torch.is_tensor(attack) and not torch.is_tensor(release)
+    if backend == "auto":
+        eager_nograd = not torch.compiler.is_compiling() and not grad_recorded(
+            x,
+            *(v for v in (attack, release, state) if torch.is_tensor(v)),
+        )
+        if x.device.type == "cpu":
+            backend = "numba" if plain and eager_nograd else "operator"
+        elif _agc_device_kernel():
+            backend = "operator"
+        elif plain and eager_nograd and x.device.type == "cuda" and kagc.HAS_TRITON:
+            backend = "triton"
+        else:
+            backend = "torch"
+    if backend in ("torch", "reference"):
+        return agc_reference(x, attack, release, dim, state)
+    if backend == "operator":
+        from lhotse_amt.ops.loudness import agc as agc_op
+
+        return agc_op(x, attack, release, dim, state)
+    if not plain:
+        raise ValueError(
+            f"backend={backend!r} takes number attack/release and no state; use "
+            "backend='operator' or 'torch' for tensor coefficients or a state"
+        )
+    if backend == "numba" and x.dim() >= 2 and dim % x.dim() == x.dim() - 2:
+        # along frames of (..., F, C): vectorised over channels, no transposes
+        y = kagc.agc_numba_cols(x.reshape(-1, *x.shape[-2:]), attack, release)
+        return y.reshape(x.shape)
+    xt = x.movedim(dim, -1)
+    shape = xt.shape
+    rows = xt.reshape(-1, shape[-1])
+    if backend == "numba":
+        y = kagc.agc_numba(rows, attack, release)
+    else:
+        y = kagc.agc_triton(rows, attack, release)
+    return y.reshape(shape).movedim(-1, dim)
+
+
+@functools.lru_cache(maxsize=1)
+def _agc_device_kernel() -> bool:
+    # whether the operator lhotse_amt::agc has its CUDA (Triton) kernels
+    try:
+        from lhotse_amt.kernels import triton_autodiff
+    except Exception:  # triton missing or broken
+        return False
+    return hasattr(triton_autodiff, "agc_forward") and hasattr(triton_autodiff, "agc_backward")
+
+
+# ----------------------------------------------------------------------------------------------
+# binaural inhibition (Moore et al. 2016)
+# ----------------------------------------------------------------------------------------------
+def binaural_smoothing_matrix(
+    n_channels: int = 150, sigma: float = 0.08, step: float = 0.25
+) -> np.ndarray:
+    """Matrix ``M`` with ``S @ M`` = the cross-channel Gaussian smoothing of Moore et al. (2016).
+
+    Weights ``exp(-(sigma g)^2)``, ``g = -18 … 18`` Cam in ``step`` steps, normalised to unit sum,
+    applied as the central part of a full convolution over the ``n_channels`` channels.
+    """
+    g = np.arange(-18.0, 18.0 + step / 2, step)
+    w = np.exp(-((sigma * g) ** 2))
+    w = w / w.sum()
+    half = len(g) // 2
+    m = np.zeros((n_channels, n_channels))
+    for i in range(n_channels):
+        for o in range(n_channels):
+            d = o - i + half
+            if 0 <= d < len(w):
+                m[i, o] = w[d]
+    return m
+
+
+def log_sech(x: Tensor) -> Tensor:
+    """``log sech(x)`` for ``x >= 0``, stable for large ``x``."""
+    return math.log(2.0) - x - torch.log1p(torch.exp(-2.0 * x))
+
+
+def binaural_inhibition_reference(
+    s_left: Tensor, s_right: Tensor, smooth: Tensor, p: Tensor | float = 1.5978
+) -> tuple[Tensor, Tensor]:
+    """Binaural inhibition of Moore et al. (2016), Eqs. 6–7, as in the Cambridge/AMT code.
+
+    ``Ŝ = S @ smooth + 1e-13``; ``I_L = 2 / (1 + sech(Ŝ_R / Ŝ_L)^p)`` (and symmetrically);
+    returns the inhibited specific loudness ``(S_L / I_L, S_R / I_R)``, shapes ``(..., C)``.
+    Plain torch (differentiable in every input and ``p``).
+    """
+    sl = s_left @ smooth + 1e-13
+    sr = s_right @ smooth + 1e-13
+    inh_l = 2.0 / (1.0 + torch.exp(p * log_sech(sr / sl)))
+    inh_r = 2.0 / (1.0 + torch.exp(p * log_sech(sl / sr)))
+    return s_left / inh_l, s_right / inh_r
+
+
+def binaural_inhibition(
+    s_left: Tensor, s_right: Tensor, smooth: Tensor, p: Tensor | float = 1.5978
+) -> tuple[Tensor, Tensor]:
+    """Binaural inhibition (:func:`binaural_inhibition_reference`).
+
+    Eager CPU calls without gradient run
+    :func:`lhotse_amt.ops.loudness_fast.binaural_inhibition_fast` (equal ears skip the
+    smoothing, other inputs take one compiled pass; same values to ~2 ulp); everything else,
+    including ``torch.compile``/``torch.export`` tracing, the plain-torch reference.
+    """
+    if (
+        s_left.device.type == "cpu"
+        and not torch.compiler.is_compiling()
+        and not grad_recorded(s_left, s_right, *((p,) if torch.is_tensor(p) else ()))
+    ):
+        from ...ops.loudness_fast import binaural_inhibition_fast
+
+        return binaural_inhibition_fast(s_left, s_right, smooth, p)
+    return binaural_inhibition_reference(s_left, s_right, smooth, p)
