@@ -6,6 +6,8 @@ from __future__ import annotations
 import gc
 import resource
 
+import _settings  # noqa: F401  (huge pages, host cache: the figures' settings)
+
 
 def reset_peak() -> bool:
     """Start a new row: collect garbage, release the host cache (blocks kept from earlier

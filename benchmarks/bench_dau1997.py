@@ -21,6 +21,8 @@ import os
 import subprocess
 import sys
 
+import _settings  # noqa: F401  (huge pages, host cache: before any tensor is made)
+
 ROW = r"""
 import json, resource, sys, time, torch
 import numpy as np

@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 
+import _settings  # noqa: F401  (huge pages, host cache: before any tensor is made)
+
 JOB = r"""
 import json, resource, sys, time, tempfile
 from pathlib import Path

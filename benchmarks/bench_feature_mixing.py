@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import _settings  # noqa: F401  (huge pages, host cache: before any tensor is made)
 import numpy as np
 import soundfile as sf
 from lhotse.features.base import FEATURE_EXTRACTORS

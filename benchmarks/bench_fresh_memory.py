@@ -20,9 +20,10 @@ import argparse
 import os
 import time
 
+import _settings  # noqa: F401  (huge pages, host cache: before any tensor is made)
 import torch
 
-import lhotse_amt  # noqa: F401  (sets THP_MEM_ALLOC_ENABLE like any user of the package)
+import lhotse_amt  # noqa: F401
 
 
 def touch(gb: float) -> tuple[float, float]:

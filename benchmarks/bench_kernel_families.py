@@ -23,6 +23,8 @@ import os
 import subprocess
 import sys
 
+import _settings  # noqa: F401  (huge pages, host cache: before any tensor is made)
+
 JOB = r"""
 import json, sys, time
 import numpy as np, torch

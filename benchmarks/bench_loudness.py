@@ -21,6 +21,7 @@ import argparse
 import resource
 import time
 
+import _settings  # noqa: F401  (huge pages, host cache: before any tensor is made)
 import numpy as np
 import torch
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import _settings  # noqa: F401  (huge pages, host cache: before any tensor is made)
 import numpy as np
 import torch
 from lhotse.features.base import FEATURE_EXTRACTORS

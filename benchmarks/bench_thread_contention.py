@@ -21,6 +21,7 @@ import multiprocessing as mp
 import os
 import time
 
+import _settings  # noqa: F401  (huge pages, host cache: before any tensor is made)
 import numpy as np
 import torch
 from lhotse.features.base import FEATURE_EXTRACTORS

@@ -3,25 +3,30 @@
 Importing the package registers the ``amt-*`` extractors with Lhotse (cheaply: no model
 is built and no GPU is touched until features are computed).
 
-Importing it also asks PyTorch to back large CPU tensors (2 MB and more) with transparent
-huge pages (``THP_MEM_ALLOC_ENABLE=1``, a PyTorch allocator setting) unless that variable
-is already set: the sample-rate outputs of the models are hundreds of MB, and faulting
-them in 2-MB pages instead of 4-kB ones cuts the kernel's share of their cost by about
-five times. PyTorch reads the setting at its first large allocation; set
-``THP_MEM_ALLOC_ENABLE=0`` to keep the default.
+Importing changes nothing global (no environment variable, no PyTorch or numba setting).
+Three process-wide settings speed up feature extraction and are turned on explicitly (the
+``lhotse-amt`` CLI turns all three on at start):
 
-The models' large CPU outputs (16 MB and more) come from a host cache that keeps the
-memory of freed outputs for the next call, like PyTorch's CUDA caching allocator: a
-second forward of the same size faults in no fresh pages. It holds at most
-:func:`host_cache_limit` bytes (a quarter of the physical memory, or
-``LHOTSE_AMT_HOST_CACHE_MB``; 0 turns it off); :func:`empty_host_cache` releases it.
+* :func:`enable_huge_pages`: large CPU tensors in transparent huge pages (PyTorch's
+  ``THP_MEM_ALLOC_ENABLE``; only before the process's first CPU tensor).
+* :func:`enable_host_cache`: the models' large CPU outputs (16 MB and more) come from a
+  host cache that keeps the memory of freed outputs for the next call, like PyTorch's CUDA
+  caching allocator (off by default; each process has its own; ``LHOTSE_AMT_HOST_CACHE_MB``
+  sets it for every process that inherits the environment). :func:`empty_host_cache`
+  releases it.
+* :func:`use_fork_safe_threading`: numba prefers threading layers that survive ``fork``.
+
+Compiled kernels are cached on disk (see :mod:`lhotse_amt.kernels`);
+``lhotse-amt amt warmup`` compiles them ahead of time.
 """
 
-import os
-
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-
-from ._alloc import empty_host_cache, host_cache_bytes, host_cache_limit
+from ._alloc import (
+    empty_host_cache,
+    enable_host_cache,
+    enable_huge_pages,
+    host_cache_bytes,
+    host_cache_limit,
+)
 from .features import (
     AuditoryConfig,
     AuditoryExtractor,
@@ -38,6 +43,7 @@ from .features import (
     Paulick2024Config,
     Paulick2024Extractor,
 )
+from .kernels import use_fork_safe_threading
 from .models import Dau1997
 from .models.glasberg2002 import Glasberg2002
 from .models.king2019 import King2019
@@ -88,8 +94,11 @@ __all__ = [
     "__version__",
     "worker_init_fn",
     "empty_host_cache",
+    "enable_host_cache",
+    "enable_huge_pages",
     "host_cache_bytes",
     "host_cache_limit",
+    "use_fork_safe_threading",
     "PrecomputedAuditoryFeatures",
     "collate_features",
     "pad_cut",

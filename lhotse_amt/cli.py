@@ -180,6 +180,35 @@ def demo(out_dir: str, models: tuple[str, ...]) -> None:
     click.echo(f"features, manifests and plots are in {out_dir}/")
 
 
+@amt.command()
+@click.argument("names", nargs=-1)
+@click.option(
+    "-f",
+    "--feature-config",
+    "configs",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Extractor config YAML (repeatable); its settings decide which kernels compile.",
+)
+def warmup(names: tuple[str, ...], configs: tuple[str, ...]) -> None:
+    """Compile the CPU kernels of the NAMES extractors (default: all amt-* ones) into numba's
+    on-disk cache, so that later processes load them instead of compiling: run it when
+    building a container image or before starting workers (same NUMBA_CACHE_DIR and CPU)."""
+    from .warmup import amt_extractor_names, kernel_cache_dir
+    from .warmup import warmup as run_warmup
+
+    extractors: list[str | FeatureExtractor] = [FeatureExtractor.from_yaml(c) for c in configs]
+    for n in names:
+        if n not in FEATURE_EXTRACTORS or not n.startswith("amt-"):
+            raise click.UsageError(
+                f"unknown extractor {n!r}; choose from {', '.join(amt_extractor_names())}"
+            )
+        extractors.append(n)
+    for name, cpu_s in run_warmup(extractors or None):
+        click.echo(f"{name:<18}{cpu_s:>8.2f} CPU s")
+    click.echo(f"kernel cache: {kernel_cache_dir()}")
+
+
 def _extraction_io(f: Callable) -> Callable:
     """The arguments and options shared with Lhotse's ``feat extract-cuts[-batch]``."""
     for deco in reversed(
@@ -343,7 +372,23 @@ Examples:
 def main() -> None:
     """The ``lhotse-amt`` entry point."""
     cli.help = HELP
+    _enable_process_settings()
     cli()
+
+
+def _enable_process_settings() -> None:
+    """The process-wide settings the package leaves to its users (see ``lhotse_amt``),
+    turned on for the command line: huge pages, a host cache of at most
+    ``CLI_HOST_CACHE_MB`` (a quarter of the memory where that is less) unless
+    ``LHOTSE_AMT_HOST_CACHE_MB`` is set, and fork-safe numba threading."""
+    import os
+
+    from ._alloc import CLI_HOST_CACHE_MB, _physical_memory
+
+    lhotse_amt.enable_huge_pages()
+    if not os.environ.get("LHOTSE_AMT_HOST_CACHE_MB", "").strip():
+        lhotse_amt.enable_host_cache(min(CLI_HOST_CACHE_MB, _physical_memory() / 4 / 2**20))
+    lhotse_amt.use_fork_safe_threading()
 
 
 if __name__ == "__main__":  # pragma: no cover

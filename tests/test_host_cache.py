@@ -19,6 +19,8 @@ SHAPE = (3, 4 * MB // 3 * 2)  # 32 MB of float32 (>= the cache threshold)
 @pytest.fixture(autouse=True)
 def _fresh_cache(monkeypatch):
     monkeypatch.delenv("LHOTSE_AMT_HOST_CACHE_MB", raising=False)
+    monkeypatch.setattr(_alloc, "_LIMIT", None)
+    lhotse_amt.enable_host_cache(1024)  # the cache is off unless turned on
     lhotse_amt.empty_host_cache()
     yield
     gc.collect()
@@ -87,6 +89,7 @@ def test_empty_tensor_and_sizes():
 
 
 def test_limit_and_release(monkeypatch):
+    monkeypatch.setattr(_alloc, "_LIMIT", None)  # the environment decides
     monkeypatch.setenv("LHOTSE_AMT_HOST_CACHE_MB", "40")
     assert lhotse_amt.host_cache_limit() == 40 * MB
     a, b = _alloc.empty(SHAPE, np.float32), _alloc.empty(SHAPE, np.float32)

@@ -7,17 +7,48 @@ selects the channel-vectorised CPU kernels instead of the register (SIMD) kernel
 (:data:`SIMD`); ``TRITON_INTERPRET=1`` runs the Triton kernels in Triton's CPU interpreter
 (:func:`triton_interpreted`, tests).
 
-Numba's threading layer: TBB (the ``tbb`` package) is preferred, then numba's own
-work-queue; GNU OpenMP comes last because a process that used it cannot ``fork`` safely
-(DataLoader workers would abort). ``NUMBA_THREADING_LAYER`` set by the user wins.
+Compiled CPU kernels are cached on disk by numba (``cache=True``): next to the sources
+(``__pycache__``) where the package directory is writable, else in the user's cache
+directory (numba's fallback, e.g. ``~/.cache/numba``); ``NUMBA_CACHE_DIR`` chooses the
+directory. ``lhotse-amt amt warmup`` fills the cache, e.g. when building a container image.
+
+Importing the package leaves numba's settings alone. :func:`use_fork_safe_threading`
+(called by the ``lhotse-amt`` CLI) makes numba prefer threading layers that survive
+``fork``.
 """
 
 import os
 
 import numba
 
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER_PRIORITY = ["tbb", "workqueue", "omp"]
+#: numba's threading layers in the order :func:`use_fork_safe_threading` prefers them
+FORK_SAFE_PRIORITY = ["tbb", "workqueue", "omp"]
+
+
+def use_fork_safe_threading() -> bool:
+    """Make numba prefer threading layers that survive ``fork``: TBB (the ``tbb`` package),
+    then numba's own work-queue, GNU OpenMP last, since a process that ran OpenMP threads
+    cannot fork safely (forked ``DataLoader`` workers or Lhotse's ``--num-jobs`` workers
+    that compute features would abort). Numba's own order puts OpenMP second; where TBB is
+    installed both orders pick TBB.
+
+    Numba picks its layer when the process first runs a parallel kernel, so call this
+    before the first feature extraction. ``NUMBA_THREADING_LAYER`` in the environment
+    wins over the priority.
+
+    Returns:
+        Whether the priority decides the layer (False: ``NUMBA_THREADING_LAYER`` is set, or
+        numba already started its threads with another order).
+    """
+    from numba.np.ufunc import parallel
+
+    if not parallel._is_initialized:
+        numba.config.THREADING_LAYER_PRIORITY = list(FORK_SAFE_PRIORITY)
+    return (
+        list(numba.config.THREADING_LAYER_PRIORITY) == FORK_SAFE_PRIORITY
+        and "NUMBA_THREADING_LAYER" not in os.environ
+    )
+
 
 #: register (SIMD) kernels where they apply; ``LHOTSE_AMT_SIMD=0``: the channel-vectorised ones
 SIMD = os.environ.get("LHOTSE_AMT_SIMD", "1") != "0"

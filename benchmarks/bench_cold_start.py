@@ -1,0 +1,125 @@
+"""Start-up cost of a fresh process: CPU seconds until its first 1-s extract is done.
+
+Each row runs a fresh Python process that imports the package, builds the extractor with
+its default configuration and extracts features of 1 s of noise at the extractor's
+sampling rate; the figure is the child's user + system CPU time (``os.wait4`` resource
+usage, all its threads), so it holds on a shared machine where wall time does not.
+
+* ``empty cache``: numba's cache directory is a fresh temporary one
+  (``NUMBA_CACHE_DIR``): every kernel the extract needs is compiled, as in a fresh
+  container or a worker image whose cache was not built (``lhotse-amt amt warmup``).
+* ``warm cache``: the same process again with the cache the first run filled.
+* ``kaldi-fbank``: the same job with Lhotse's ``kaldi-fbank`` (``Fbank``) (no lhotse_amt import), the
+  start-up of a plain PyTorch feature extractor.
+
+``--detail`` prints, per extractor, the kernels the first extract compiled and how many
+type signatures each one compiled.
+
+    python benchmarks/bench_cold_start.py [--models amt-dau1997 ...] [--repeat 1] [--detail]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+MODELS = (
+    "amt-dau1997",
+    "amt-osses2021",
+    "amt-king2019",
+    "amt-paulick2024",
+    "amt-glasberg2002",
+    "amt-moore2016",
+)
+
+_CHILD = r"""
+import sys
+name, detail = sys.argv[1], sys.argv[2] == "1"
+import numpy as np
+if name == "kaldi-fbank":
+    from lhotse.features.base import FEATURE_EXTRACTORS
+    ex = FEATURE_EXTRACTORS["kaldi-fbank"]()
+else:
+    import lhotse_amt
+    from lhotse.features.base import FEATURE_EXTRACTORS
+    if {opt_in}:
+        lhotse_amt.enable_huge_pages()
+        lhotse_amt.enable_host_cache(2048)
+        lhotse_amt.use_fork_safe_threading()
+    ex = FEATURE_EXTRACTORS[name]()
+sr = ex.config.sampling_rate
+x = (0.05 * np.random.default_rng(0).standard_normal((1, sr))).astype(np.float32)
+f = ex.extract(x, sr)
+assert np.isfinite(f).all(), name
+if detail:
+    from numba.core.registry import CPUDispatcher
+    import gc
+    rows = []
+    for d in gc.get_objects():
+        if isinstance(d, CPUDispatcher) and d.signatures:
+            mod = d.py_func.__module__.rsplit(".", 1)[-1]
+            rows.append((mod + "." + d.py_func.__name__, len(d.signatures),
+                         d.stats.cache_misses and sum(d.stats.cache_misses.values())))
+    for r in sorted(rows):
+        print("DETAIL", *r)
+"""
+
+
+def run_child(name: str, cache_dir: str, detail: bool, opt_in: bool) -> tuple[float, float, str]:
+    """CPU seconds (user + system), wall seconds and stdout of one fresh process."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
+    code = _CHILD.replace("{opt_in}", "True" if opt_in else "False")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, name, "1" if detail else "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name}: child exited with {proc.returncode}")
+    return usage.ru_utime + usage.ru_stime, wall, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", nargs="+", default=list(MODELS))
+    ap.add_argument("--repeat", type=int, default=1, help="runs per cell (the minimum is shown)")
+    ap.add_argument("--detail", action="store_true", help="kernels compiled per extractor")
+    ap.add_argument(
+        "--no-opt-in",
+        action="store_true",
+        help="leave huge pages, host cache and threading layer as they are (the CLI sets them)",
+    )
+    args = ap.parse_args()
+    opt_in = not args.no_opt_in
+
+    fb = min(run_child("kaldi-fbank", tempfile.mkdtemp(), False, False)[0] for _ in range(2))
+    print(f"{'extractor':<18}{'empty cache CPU s':>18}{'warm cache CPU s':>17}{'x fbank':>8}")
+    print(f"{'kaldi-fbank':<18}{'':>18}{fb:>17.2f}{1.0:>8.2f}")
+    for name in args.models:
+        cold, warm = [], []
+        detail_out = ""
+        for _ in range(args.repeat):
+            with tempfile.TemporaryDirectory() as d:
+                c, _, out = run_child(name, d, args.detail, opt_in)
+                cold.append(c)
+                detail_out = detail_out or out
+                warm.append(run_child(name, d, False, opt_in)[0])
+        print(f"{name:<18}{min(cold):>18.2f}{min(warm):>17.2f}{min(warm) / fb:>8.2f}", flush=True)
+        if args.detail:
+            for line in detail_out.splitlines():
+                if line.startswith("DETAIL"):
+                    print("    ", *line.split()[1:])
+
+
+if __name__ == "__main__":
+    main()
