@@ -210,6 +210,210 @@ def test_distribute_gradients_keeps_exact_gradients(name: str) -> None:
             torch.testing.assert_close(p.grad, before[n], rtol=0, atol=0)
 
 
+#: Attributes the documentation gives each class.
+DOCUMENTED_ATTRIBUTES = {
+    "Dau1997": [
+        "fs",
+        "flow",
+        "fhigh",
+        "learnable",
+        "return_stages",
+        "dtype",
+        "filterbank",
+        "ihc",
+        "adaptation",
+        "modulation",
+        "fc",
+        "num_channels",
+    ],
+    "FastKing2019ModulationFilterbank": ["mfc", "sos_stack", "num_filters", "ir_length_ratio"],
+    "FastModulationFilterbank": ["tolerance", "megabatch_map", "total_filters"],
+    "Glasberg2002": [
+        "fs",
+        "learnable",
+        "return_stages",
+        "multi_fft",
+        "erb_integration",
+        "excitation_pattern",
+        "specific_loudness",
+        "loudness_integration",
+    ],
+    "IHCEnvelope": [
+        "fs",
+        "method",
+        "cutoff",
+        "order",
+        "iterations",
+        "b",
+        "a",
+        "learnable",
+        "dtype",
+    ],
+    "IHCPaulick2024": [
+        "fs",
+        "learnable",
+        "dtype",
+        "scaling_factor",
+        "Gmet_max",
+        "x0",
+        "s0",
+        "s1",
+        "EP",
+        "Cm",
+        "Gkf",
+        "Gks",
+        "Ekf",
+        "Eks",
+        "V_rest",
+        "G_precharge",
+        "precharge_duration",
+    ],
+    "King2019": [
+        "fs",
+        "flow",
+        "fhigh",
+        "dboffset",
+        "compression_type",
+        "learnable",
+        "return_stages",
+        "dtype",
+        "filterbank",
+        "compression",
+        "ihc",
+        "adaptation_filter",
+        "lp150_filter",
+        "modulation_filterbank",
+        "fc",
+        "mfc",
+        "num_channels",
+    ],
+    "King2019ModulationFilterbank": ["mfc", "filters", "num_filters"],
+    "ModulationFilterbank": [
+        "fs",
+        "fc",
+        "Q",
+        "max_mfc",
+        "lp_cutoff",
+        "att_factor",
+        "use_upper_limit",
+        "preset",
+        "filter_type",
+        "learnable",
+        "num_channels",
+        "use_lp150_prefilter",
+        "b_lowpass",
+        "a_lowpass",
+        "b_lp150",
+        "a_lp150",
+        "mfc",
+        "filter_coeffs",
+    ],
+    "Moore2016": [
+        "fs",
+        "learnable",
+        "return_stages",
+        "dtype",
+        "outer_middle_ear",
+        "spectrum",
+        "excitation",
+        "specific_loudness",
+        "temporal_integration",
+        "binaural_loudness",
+        "ltl_agc_left",
+        "ltl_agc_right",
+    ],
+    "Osses2021": [
+        "fs",
+        "flow",
+        "fhigh",
+        "phase_type",
+        "learnable",
+        "return_stages",
+        "dtype",
+        "headphone",
+        "middleear",
+        "filterbank",
+        "ihc",
+        "adaptation",
+        "modulation",
+        "fc",
+        "num_channels",
+    ],
+    "Paulick2024": [
+        "fs",
+        "flow",
+        "fhigh",
+        "n_channels",
+        "use_outerear",
+        "learnable",
+        "return_stages",
+        "filter_type",
+        "dtype",
+        "outer_middle_ear",
+        "drnl",
+        "ihc",
+        "adaptation",
+        "modulation",
+        "resampler",
+        "fc",
+        "num_channels",
+        "resample_factor",
+        "fs_resampled",
+    ],
+}
+
+
+def _instance(name: str) -> torch.nn.Module:
+    cls = getattr(lhotse_amt, name)
+    if "ModulationFilterbank" in name and "King" not in name:
+        return cls(16000, torch.linspace(100.0, 8000.0, 5))
+    return cls(fs=44100 if name == "Paulick2024" else 16000)
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTED_ATTRIBUTES))
+def test_documented_attributes(name: str) -> None:
+    """Every documented attribute exists on an instance, or is listed (``Class.attribute``)
+    in docs/torch_amt_compat.md with the lhotse_amt equivalent."""
+    obj = _instance(name)
+    wanted = list(DOCUMENTED_ATTRIBUTES[name])
+    if name == "FastModulationFilterbank":  # documented to inherit its parent's attributes
+        wanted += DOCUMENTED_ATTRIBUTES["ModulationFilterbank"]
+    listed = _compat_ids()
+    missing = [a for a in wanted if not hasattr(obj, a) and f"{name}.{a}" not in listed]
+    assert not missing, f"{name} lacks documented attributes {missing}"
+    stale = [a for a in wanted if hasattr(obj, a) and f"{name}.{a}" in listed]
+    assert not stale, f"{name}: {stale} exist but are listed as missing"
+
+
+def test_ihc_envelope_coefficients_are_one_butterworth() -> None:
+    import scipy.signal
+
+    for order, method in [(1, "dau1996"), (2, "lindemann"), (3, "breebaart2001")]:
+        ihc = lhotse_amt.IHCEnvelope(16000, order=order, method=method, dtype=torch.float64)
+        b, a = scipy.signal.butter(order, ihc.cutoff / 8000.0)
+        torch.testing.assert_close(ihc.b, torch.from_numpy(b), rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(ihc.a, torch.from_numpy(a), rtol=1e-12, atol=1e-14)
+    learn = lhotse_amt.IHCEnvelope(16000, learnable=True, dtype=torch.float64)
+    assert learn.learnable and learn.dtype == torch.float64
+    learn.b.sum().backward()
+    assert learn.sos.grad is not None
+
+
+def test_modulation_filterbank_documented_coefficients() -> None:
+    fc = torch.linspace(100.0, 8000.0, 5)
+    jep = lhotse_amt.ModulationFilterbank(16000, fc, preset="jepsen2008")
+    dau = lhotse_amt.ModulationFilterbank(16000, fc, preset="dau1997")
+    assert dau.b_lp150 is None and dau.a_lp150 is None
+    assert jep.a_lowpass[0] == 1 and jep.a_lp150[0] == 1
+    # unit gain at DC of both low-passes
+    for b, a in [(jep.b_lowpass, jep.a_lowpass), (jep.b_lp150, jep.a_lp150)]:
+        torch.testing.assert_close(b.sum() / a.sum(), torch.tensor(1.0, dtype=b.dtype))
+    fast = lhotse_amt.FastModulationFilterbank(16000, fc, preset="jepsen2008")
+    entries = fast.megabatch_map
+    assert len(entries) == fast.total_filters
+    assert [e["mfc"] for e in entries if e["channel"] == 4] == fast.mfc[4].tolist()
+
+
 def test_ihc_paulick_forward_vel_keyword() -> None:
     ihc = lhotse_amt.IHCPaulick2024(fs=16000, dtype=torch.float64)
     vel = torch.randn(2, 3, 800, dtype=torch.float64, generator=torch.Generator().manual_seed(0))

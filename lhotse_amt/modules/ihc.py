@@ -44,6 +44,8 @@ class IHCEnvelope(nn.Module):
         self.cutoff = float(pc if cutoff is None else cutoff)
         self.order = int(order)
         self.iterations = int(pit if iterations is None else iterations)
+        self.learnable = bool(learnable)
+        self.dtype = dtype
         sos = torch.as_tensor(
             ihc_lowpass_sos(fs, self.cutoff, self.order, self.iterations), dtype=dtype
         )
@@ -51,6 +53,27 @@ class IHCEnvelope(nn.Module):
             self.sos = nn.Parameter(sos)
         else:
             self.register_buffer("sos", sos)
+
+    def _one_lowpass(self, part: slice) -> Tensor:
+        sections = self.sos[: self.sos.shape[0] // self.iterations, part]
+        poly = sections[0]
+        for sec in sections[1:]:
+            prod = poly.new_zeros(poly.shape[0] + sec.shape[0] - 1)
+            for i in range(poly.shape[0]):
+                prod = prod + nn.functional.pad(poly[i] * sec, (i, poly.shape[0] - 1 - i))
+            poly = prod
+        return poly[: self.order + 1]
+
+    @property
+    def b(self) -> Tensor:
+        """Numerator of one Butterworth low-pass (``order + 1`` coefficients), from the
+        second-order sections that run (applied ``iterations`` times in series)."""
+        return self._one_lowpass(slice(0, 3))
+
+    @property
+    def a(self) -> Tensor:
+        """Denominator of one Butterworth low-pass (``order + 1`` coefficients, ``a[0] = 1``)."""
+        return self._one_lowpass(slice(3, 6))
 
     def forward(
         self, x: Tensor, state: Tensor | None = None, return_state: bool = False

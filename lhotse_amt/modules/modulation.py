@@ -72,6 +72,7 @@ class ModulationFilterbank(nn.Module):
         self.fs = float(fs)
         self.preset = preset
         self.filter_type = filter_type
+        self.learnable = bool(learnable)
         self.Q = float(base["Q"])
         self.max_mfc = float(base["max_mfc"])
         self.lp_cutoff = float(base["lp_cutoff"])
@@ -123,6 +124,26 @@ class ModulationFilterbank(nn.Module):
     @property
     def max_bands(self) -> int:
         return int(self.mfc_padded.shape[1])
+
+    @property
+    def b_lowpass(self) -> Tensor:
+        """Numerator of the band-0 (2.5-Hz) low-pass, ``(3,)`` (float64)."""
+        return self.lp_sos[0, :3]
+
+    @property
+    def a_lowpass(self) -> Tensor:
+        """Denominator of the band-0 (2.5-Hz) low-pass, ``(3,)`` (float64)."""
+        return self.lp_sos[0, 3:]
+
+    @property
+    def b_lp150(self) -> Tensor | None:
+        """Numerator of the 150-Hz pre-filter (``None`` without it)."""
+        return None if self.prefilter_sos is None else self.prefilter_sos[0, :3]
+
+    @property
+    def a_lp150(self) -> Tensor | None:
+        """Denominator of the 150-Hz pre-filter (``None`` without it)."""
+        return None if self.prefilter_sos is None else self.prefilter_sos[0, 3:]
 
     @property
     def mfc(self) -> list[Tensor]:
@@ -218,6 +239,16 @@ class FastModulationFilterbank(ModulationFilterbank):
             max_bands=max_bands,
         )
         self.tolerance = tolerance
+
+    @property
+    def megabatch_map(self) -> list[dict[str, float | int]]:
+        """One entry per (channel, band) pair the bank computes: ``channel`` and ``filter``
+        indices and the band's ``mfc`` (Hz)."""
+        return [
+            {"channel": c, "filter": m, "mfc": float(f)}
+            for c, freqs in enumerate(self.mfc)
+            for m, f in enumerate(freqs.tolist())
+        ]
 
     @property
     def total_filters(self) -> int:
