@@ -108,13 +108,17 @@ class MultiResolutionSpectrum(nn.Module):
         self.variant = variant
         self.prune = check_bool("prune", prune)
         self.floor = check_number("floor", floor, min=0.0)
-        self.bins: list[np.ndarray] = []
+        # each band as a range of bins (contiguous in both plans): plain Python constants,
+        # so torch.compile specialises on them instead of tracing numpy
+        self.bins: list[range] = []
         for i, (_, bins, basis) in enumerate(L.dft_bases(variant)):
-            self.bins.append(bins)
+            if len(bins) and int(bins[-1]) - int(bins[0]) + 1 != len(bins):
+                raise ValueError(f"band {i} of plan {variant!r} is not contiguous")
+            self.bins.append(range(int(bins[0]), int(bins[-1]) + 1) if len(bins) else range(0))
             _buffer(self, f"basis_{i}", basis, dtype)
         _buffer(self, "freqs", L.bin_hz(), torch.float64)
 
-    def bases(self) -> list[tuple[int, np.ndarray, Tensor]]:
+    def bases(self) -> list[tuple[int, range, Tensor]]:
         """``(L, bins, basis)`` per window, the ``bases`` argument of the spectrum functions."""
         return [
             (L.WINDOW_LENGTHS[i], b, getattr(self, f"basis_{i}")) for i, b in enumerate(self.bins)
@@ -211,7 +215,7 @@ class ExcitationPattern(nn.Module):
         self.variant = variant
         self.per_channel = variant == "gm2002"
         self.fc_hz = fc
-        self.n_below = mats.n_below
+        self.n_below = tuple(int(v) for v in mats.n_below)  # constants for torch.compile
         _buffer(self, "upper", mats.upper, dtype)
         _buffer(self, "lower_h", mats.lower_h, dtype)
         self.erb_integration = ERBIntegration(fc, variant, dtype) if with_level else None

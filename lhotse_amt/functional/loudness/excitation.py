@@ -90,7 +90,11 @@ def excitation_matrices(fc: np.ndarray, variant: str) -> ExcitationMatrices:
 
 
 def _lower_branch(
-    intensity: Tensor, s: Tensor, lower_h: Tensor, n_below: np.ndarray, per_channel: bool
+    intensity: Tensor,
+    s: Tensor,
+    lower_h: Tensor,
+    n_below: np.ndarray | tuple[int, ...],
+    per_channel: bool,
 ) -> Tensor:
     """Sum over components below each channel of ``I_k W(p_l |g|)`` with ``p_l |g| = s h``.
 
@@ -136,7 +140,7 @@ def excitation_pattern(
     level_db: Tensor,
     upper: Tensor,
     lower_h: Tensor,
-    n_below: np.ndarray,
+    n_below: np.ndarray | tuple[int, ...],
     per_channel: bool = False,
 ) -> Tensor:
     """Excitation ``E_c = sum_k I_k W(p, g_kc)`` with ``p = p(fc)`` for ``f_k >= fc`` and the
@@ -158,7 +162,7 @@ def excitation_moore2016(
     level: Tensor,
     upper: Tensor,
     lower_h: Tensor,
-    n_below: np.ndarray,
+    n_below: np.ndarray | tuple[int, ...],
 ) -> tuple[Tensor, Tensor]:
     """Excitation pattern of the Cambridge 2016 code (per frame, per ear).
 
@@ -182,7 +186,11 @@ def excitation_moore2016(
 
 
 def excitation_gm2002(
-    intensity: Tensor, level: Tensor, upper: Tensor, lower_h: Tensor, n_below: np.ndarray
+    intensity: Tensor,
+    level: Tensor,
+    upper: Tensor,
+    lower_h: Tensor,
+    n_below: np.ndarray | tuple[int, ...],
 ) -> tuple[Tensor, Tensor]:
     """Excitation pattern with the ANSI S3.4-2007 / Glasberg & Moore (2002) roex filters.
 

@@ -136,7 +136,7 @@ def multires_intensity(
     t0: int,
     j_first: int,
     n_frames: int,
-    bases: list[tuple[int, np.ndarray, Tensor]],
+    bases: list[tuple[int, np.ndarray | range, Tensor]],
     return_autocorr: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Six-window spectrum with a 1-ms hop, batched over frames (no loop over frames).
@@ -146,7 +146,8 @@ def multires_intensity(
         t0: input time (samples) of ``z[..., 0]``.
         j_first: index of the first frame; frame ``j`` is centred on input sample ``32 j``.
         n_frames: number of frames ``F``.
-        bases: output of :func:`dft_bases` with the bases as tensors.
+        bases: output of :func:`dft_bases` with the bases as tensors (the bins may be given
+            as ``range`` objects).
         return_autocorr: window ``(64,)`` of the shortest analysis window (float64, see
             :func:`autocorr_basis`); if given, also return the autocorrelation ``(..., F, 64)``
             (float64) of its windowed segments.
@@ -182,7 +183,7 @@ def multires_intensity(
             seg = zp[..., start : start + HOP * (n_frames - 1) + length].unfold(-1, length, HOP)
             y = seg @ basis
             re, im = y[..., : len(bins)], y[..., len(bins) :]
-            out[..., bins - 1] = torch.addcmul(re * re, im, im)
+            out[..., np.asarray(bins) - 1] = torch.addcmul(re * re, im, im)
     if return_autocorr is None:
         return out
     length = WINDOW_LENGTHS[-1]
