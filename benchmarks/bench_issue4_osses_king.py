@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from _rss import peak_rss_mb, reset_peak
 
-from lhotse_amt.features.casp import (
+from lhotse_amt.features import (
     King2019Config,
     King2019Extractor,
     Osses2021Config,

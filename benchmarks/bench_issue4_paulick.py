@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from _rss import peak_rss_mb, reset_peak
 
-from lhotse_amt.features.casp import Paulick2024Config, Paulick2024Extractor
+from lhotse_amt.features import Paulick2024Config, Paulick2024Extractor
 from lhotse_amt.models.paulick2024 import Paulick2024
 
 FS = 44100

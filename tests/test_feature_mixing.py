@@ -8,7 +8,7 @@ from lhotse.features.mixer import FeatureMixer
 from lhotse.utils import LOG_EPSILON
 
 import lhotse_amt  # noqa: F401  (registers the extractors)
-from lhotse_amt.features.casp import MIX_KNEE_MU, intensity_to_mu, mu_to_intensity
+from lhotse_amt.features.mixing import MIX_KNEE_MU, intensity_to_mu, mu_to_intensity
 
 NAMES = [
     "amt-dau1997",

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lhotse_amt.features.casp import (
+from lhotse_amt.features import (
     Dau1997Config,
     Dau1997Extractor,
     King2019Config,

@@ -8,7 +8,7 @@ import torch
 from lhotse import validate
 from lhotse.utils import compute_num_frames_from_samples
 
-from lhotse_amt.features.loudness import (
+from lhotse_amt.features import (
     Glasberg2002Config,
     Glasberg2002Extractor,
     Moore2016Config,

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import load_reference, pick, rel_err
 
-from lhotse_amt.features.casp import Osses2021Extractor
+from lhotse_amt.features import Osses2021Extractor
 from lhotse_amt.functional.ear import headphone_fir, middle_ear_fir
 from lhotse_amt.models.osses2021 import Osses2021
 

@@ -11,7 +11,7 @@ from conftest import load_reference
 from lhotse.features.base import FEATURE_EXTRACTORS
 from lhotse.utils import compute_num_frames_from_samples
 
-from lhotse_amt.features.casp import Paulick2024Config, Paulick2024Extractor
+from lhotse_amt.features import Paulick2024Config, Paulick2024Extractor
 from lhotse_amt.models.paulick2024 import FIRDecimator, Paulick2024, casp_ear_fir
 
 FS = 44100

@@ -9,7 +9,7 @@ import pytest
 import scipy.signal as ss
 import torch
 
-from lhotse_amt.features.casp import Paulick2024Config, Paulick2024Extractor
+from lhotse_amt.features import Paulick2024Config, Paulick2024Extractor
 from lhotse_amt.kernels import paulick
 from lhotse_amt.models.paulick2024 import Paulick2024
 

@@ -200,7 +200,7 @@ def test_asr_learnable_frontend_matches_extractor():
     features (frame pooling, frame counts, column layout), for every item of a padded
     batch; its gradients reach every stage."""
     tr = _load("asr/train.py", "recipe_asr_train")
-    from lhotse_amt.features.casp import Dau1997Config, Dau1997Extractor
+    from lhotse_amt.features import Dau1997Config, Dau1997Extractor
 
     fs = 4000
     fe = tr.AuditoryFrontEnd(fs, 300.0, 1500.0)

@@ -44,6 +44,7 @@ from .._validation import (
     check_positive_finite,
     check_rate,
 )
+from .frames import ChunkPlan, FrameAccumulator
 
 __all__ = ["AuditoryConfig", "AuditoryExtractor", "config_from_dict"]
 
@@ -152,8 +153,10 @@ class AuditoryExtractor(FeatureExtractor):
 
     Subclasses set ``name`` and ``config_type`` and implement :meth:`_build_model`,
     :meth:`feature_dim`, :meth:`feature_names` and :meth:`_sample_features` (one chunk of
-    sample-rate features ``(B, D, T)`` with explicit streaming state). Models whose native
-    output is already framed override :meth:`_compute` instead.
+    sample-rate features ``(B, D, T)`` with explicit streaming state), which the one
+    chunk-and-pool loop (:meth:`_compute`) pools; a model with a fused pooled path
+    overrides :meth:`_chunk` (one model call per chunk). Models whose native output is
+    already framed (the loudness models) override :meth:`_compute` instead.
     """
 
     name: ClassVar[str] = "amt-base"
@@ -174,7 +177,6 @@ class AuditoryExtractor(FeatureExtractor):
         d = self.__dict__.copy()
         d["_models"] = {}
         d.pop("_lock", None)
-        d.pop("_fused_plans", None)  # per-model kernel layouts (keyed by model id)
         return d
 
     def __setstate__(self, d: dict) -> None:
@@ -367,110 +369,53 @@ class AuditoryExtractor(FeatureExtractor):
     model_dboffset: ClassVar[float] = 100.0
 
     # ------------------------------------------------------------------ computation
-    def _pool(self, y: Tensor, ends: list[int], t0: int, frames: list[list[Tensor]]) -> None:
-        """Pool a chunk ``y (B, D, Tc)`` that starts at sample ``t0`` (a multiple of hop)."""
-        hop = self.hop
-        B, D, Tc = y.shape
-        rms = self.config.pooling == "rms"
-        v = y.square() if rms else y
-        nfull = Tc // hop
-        if nfull:
-            full = v[..., : nfull * hop].reshape(B, D, nfull, hop).mean(-1)
-        f0 = t0 // hop
-        for b in range(B):
-            n = ends[b]
-            F = self._num_frames(n)
-            n_full = min(F, n // hop)  # frames whose hop lies entirely inside the item
-            parts = []
-            k = min(n_full, f0 + nfull) - f0
-            if k > 0:
-                parts.append(full[b, :, :k])
-            if F > n_full and t0 <= n_full * hop < t0 + Tc:
-                # the item's last frame is cut short by the end of its samples
-                s0, s1 = n_full * hop - t0, min(n, t0 + Tc) - t0
-                parts.append(v[b, :, s0:s1].mean(-1, keepdim=True))
-            if parts:
-                p = torch.cat(parts, -1)
-                frames[b].append(p.sqrt() if rms else p)
+    def _chunk_alignment(self) -> int:
+        """Chunks are multiples of this many input samples (a multiple of ``hop``)."""
+        return self.hop
 
-    def _chunk_frames(
-        self,
-        model: torch.nn.Module,
-        x: Tensor,
-        state: Any,
-        t0: int,
-        ends: list[int],
-        frames: list[list[Tensor]],
+    def _chunk_plan(self, model: torch.nn.Module, T: int, acc: FrameAccumulator) -> ChunkPlan:
+        """The chunks of a padded batch of ``T`` samples (:class:`ChunkPlan`)."""
+        align = self._chunk_alignment()
+        chunk = int(round(self.config.chunk_duration * self.config.sampling_rate))
+        end = min(T, max(min(n, f * self.hop) for n, f in zip(acc.lengths, acc.num_frames)))
+        return ChunkPlan(max(align, chunk // align * align), end)
+
+    def _initial_state(self, model: torch.nn.Module, lengths: list[int]) -> Any:
+        """Streaming state before the first chunk (``None``: the model's rest state)."""
+        return None
+
+    def _chunk(
+        self, model: torch.nn.Module, x: Tensor, state: Any, t0: int, acc: FrameAccumulator
     ) -> Any:
-        """Append the frames of chunk ``x (B, C_in, Tc)`` (starting at sample ``t0``) to
-        ``frames[b]`` as ``(D, k_b)`` tensors; return the new streaming state. The default
-        pools :meth:`_sample_features`; subclasses may fuse model and pooling."""
+        """Pool chunk ``x (B, C_in, Tc)`` (input samples from ``t0``) into ``acc``; return
+        the new streaming state. The default pools :meth:`_sample_features`."""
         y, state = self._sample_features(model, x, state)
-        self._pool(y, ends, t0, frames)
+        acc.add_samples(y, t0)
         return state
 
-    def _frames_from_block_sums(
-        self, sums: Tensor, t0: int, ends: list[int], frames: list[list[Tensor]]
-    ) -> None:
-        """Turn per-block sums ``(B, D, n_blocks)`` (block ``k`` = samples
-        ``[t0 + k hop, t0 + (k + 1) hop)`` of the item, cut at its end) into frames."""
-        hop = self.hop
-        f0 = t0 // hop
-        nblk = sums.shape[-1]
-        cpu = sums.device.type == "cpu"  # numpy on this thread (no torch parallel region)
-        for b, n in enumerate(ends):
-            k = min(nblk, self._num_frames(n) - f0)
-            if k <= 0:
-                continue
-            if cpu:
-                s_np = sums[b, :, :k].numpy()
-                cnt_np = np.clip(n - t0 - hop * np.arange(k, dtype=np.float64), 1, hop)
-                f_np = s_np / cnt_np.astype(s_np.dtype)
-                if self.config.pooling == "rms":
-                    np.sqrt(f_np, out=f_np)
-                frames[b].append(torch.from_numpy(f_np))
-                continue
-            cnt = (n - t0 - hop * torch.arange(k, dtype=torch.float64)).clamp(1, hop)
-            f = sums[b, :, :k] / cnt.to(sums.dtype)
-            frames[b].append(f.sqrt() if self.config.pooling == "rms" else f)
-
     def _compute(self, x: Tensor, lengths: list[int]) -> list[Tensor]:
-        """Features of a padded batch ``x (B, C_in, T)`` -> list of ``(F_i, D)``."""
+        """Features of a padded batch ``x (B, C_in, T)`` -> list of ``(F_i, D)``: the one
+        chunk-and-pool loop (streaming states carried from chunk to chunk)."""
         model = self.model(x.device)
-        hop = self.hop
-        chunk = max(
-            hop, int(round(self.config.chunk_duration * self.config.sampling_rate)) // hop * hop
+        acc = FrameAccumulator(
+            self.hop,
+            lengths,
+            [self._num_frames(n) for n in lengths],
+            self.config.pooling == "rms",
         )
-        B, _, T = x.shape
-        ends = list(lengths)
-        frames: list[list[Tensor]] = [[] for _ in range(B)]
-        state = None
-        t_needed = min(T, max(min(n, self._num_frames(n) * hop) for n in ends))
-        for t0 in range(0, t_needed, chunk):
-            xc = x[..., t0 : min(t0 + chunk, t_needed)]
-            state = self._chunk_frames(model, xc, state, t0, ends, frames)
-        dt = self.torch_dtype
-        return [self._assemble(frames[b], self._num_frames(ends[b]), dt) for b in range(B)]
-
-    @staticmethod
-    def _assemble(parts: list[Tensor], n_frames: int, dtype: torch.dtype) -> Tensor:
-        """``(D, k)`` chunk frames -> one ``(n_frames, D)`` matrix in the model's dtype,
-        filled part by part (no full-size concatenation or transposed copy of a long
-        recording's features)."""
-        D = parts[0].shape[0]
-        out = torch.empty(n_frames, D, dtype=dtype, device=parts[0].device)
-        # CPU: numpy copies on this thread (a torch copy opens a parallel region)
-        out_np = out.numpy() if out.device.type == "cpu" else None
-        f0 = 0
-        while parts:
-            p = parts.pop(0)
-            if out_np is not None and p.device.type == "cpu":
-                out_np[f0 : f0 + p.shape[1]] = p.numpy().T
+        plan = self._chunk_plan(model, x.shape[-1], acc)
+        if plan.lookahead:  # zeros after the batch (the items' own ends are zero-padded)
+            if x.device.type == "cpu":  # numpy on this thread (no torch parallel region)
+                xp = np.zeros((*x.shape[:-1], x.shape[-1] + plan.lookahead), x.numpy().dtype)
+                xp[..., : x.shape[-1]] = x.numpy()
+                x = torch.from_numpy(xp)
             else:
-                out[f0 : f0 + p.shape[1]] = p.T
-            f0 += p.shape[1]
-        assert f0 == n_frames
-        return out
+                x = torch.nn.functional.pad(x, (0, plan.lookahead))
+        state = self._initial_state(model, list(lengths))
+        for t0, t1 in plan.spans():
+            a, b = plan.read_range(t0, t1)
+            state = self._chunk(model, x[..., a:b], state, t0, acc)
+        return acc.assemble()
 
     def _run(self, items: list[Tensor], lengths: list[int] | None = None) -> list[Tensor]:
         dev = torch.device(self.config.device)

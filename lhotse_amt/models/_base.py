@@ -4,6 +4,7 @@ through stateful stages, and the torch_amt output conventions."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -13,7 +14,39 @@ from .. import _alloc
 from .._validation import as_float_tensor, check_signal
 from ..functional.iir import grad_recorded
 
-__all__ = ["StreamingModel", "merge_preset"]
+__all__ = ["PooledState", "StreamingModel", "merge_preset"]
+
+
+@dataclass
+class PooledState:
+    """Streaming state of :meth:`StreamingModel.pooled_block_sums` between chunks.
+
+    Attributes:
+        front: states of the stages before the fused chain (their :meth:`stream` states;
+            ``None`` at rest).
+        kernel: the fused operator's state (:class:`lhotse_amt.ops.fused.KernelState`;
+            ``None`` at rest).
+    """
+
+    front: Any = None
+    kernel: Any = None
+
+
+def _king_pooled_plan(envelope: bool) -> Callable[[nn.Module, bool], Any]:
+    """Layout maker of the pooled King2019 chain: band gains ``pi / (2 sqrt 2)`` and
+    ``|.|`` on the bands above ``pi_cutoff`` with ``envelope``, else signed bands."""
+
+    def make(m64: nn.Module, precise: bool) -> Any:
+        import numpy as np
+
+        from ..ops import fused
+
+        mfc = m64.mfc.detach().double().cpu().numpy()
+        env = (mfc > m64.pi_cutoff) & bool(envelope)
+        gain = np.where(env, np.pi / (2.0 * np.sqrt(2.0)), 1.0)
+        return fused.king_plan(m64, gain, env, precise)
+
+    return make
 
 
 def refuse_jit_trace(name: str) -> None:
@@ -49,6 +82,9 @@ class StreamingModel(nn.Module):
     return_stages: bool
     #: stage names in processing order (keys of the ``return_stages`` dict)
     stage_names: tuple[str, ...] = ()
+    #: the fused no-grad chain of :meth:`pooled_block_sums` (``"casp"``, ``"king2019"``;
+    #: ``None``: none)
+    fused_chain: str | None = None
     #: constructor arguments (for the float64 twin of :meth:`_kernel_plan`)
     _init_kwargs: dict[str, Any]
 
@@ -113,28 +149,124 @@ class StreamingModel(nn.Module):
         return out
 
     def _casp_fused(self, x: Tensor, front: Callable[[Tensor], Tensor]) -> list[Tensor] | None:
-        """Inference output of a CASP chain (Dau1997, Osses2021) by the fused CPU kernel
-        (:func:`lhotse_amt.kernels.casp.casp_samples`): per item, ``front`` (the stages
-        before the gammatone filterbank) and then gammatone, IHC, adaptation loops and
-        modulation filterbank in one pass over the samples, written straight into the
-        output (float64 recursions, see :mod:`lhotse_amt.kernels.casp`). Returns the
-        per-channel outputs ``(B, M_c, T')`` (views of one tensor that holds only the
-        bands each channel has), or ``None`` where the kernel does not apply (not on the
-        CPU, or a filter type it does not run)."""
-        from ..kernels import casp
+        """Inference output of a CASP chain (Dau1997, Osses2021) by the fused operator
+        ``lhotse_amt::casp_samples_`` (:func:`lhotse_amt.ops.fused.casp_samples`): per
+        item, ``front`` (the stages before the gammatone filterbank) and then gammatone,
+        IHC, adaptation loops and modulation filterbank in one pass over the samples,
+        written straight into the output (float64 recursions). Returns the per-channel
+        outputs ``(B, M_c, T')`` (views of one tensor that holds only the bands each
+        channel has), or ``None`` where the operator does not apply (not on the CPU, or a
+        filter type it does not run)."""
+        from ..ops import fused
 
-        if x.device.type != "cpu" or not casp.fused_supported(self):
+        if x.device.type != "cpu" or not fused.casp_supported(self):
             return None
-        plan = self._kernel_plan("casp", casp.CASPPooledPlan)
+        plan = self._kernel_plan("casp", fused.casp_plan)
         out = None
         for b in range(x.shape[0]):
             u = front(x[b : b + 1])
             if out is None:
                 rows = int(plan.n_bands.sum())
                 out = _alloc.empty_tensor((x.shape[0], rows, u.shape[-1]), self.dtype)
-            casp.casp_samples(plan, u, out[b : b + 1])
+            fused.casp_samples(plan, u, out[b : b + 1])
         assert out is not None
         return list(out.split(plan.n_bands.tolist(), dim=1))
+
+    # ------------------------------------------------------------------ pooled inference
+    def pooled_supported(self) -> bool:
+        """Whether :meth:`pooled_block_sums` runs this model (a fused chain, see
+        :attr:`fused_chain`, whose kernel supports the model's filter types)."""
+        from ..ops import fused
+
+        return fused.chain_supported(self, self.fused_chain)
+
+    def _fused_front(self, x: Tensor, state: Any) -> tuple[Tensor, Any]:
+        """Stages before the fused chain on a chunk ``x (B, T)``: output and new state
+        (default: none)."""
+        return x, state
+
+    def pooled_block_sums(
+        self,
+        x: Tensor,
+        state: PooledState | None,
+        hop: int,
+        ends: list[int],
+        square: bool,
+        envelope: bool = False,
+    ) -> tuple[Tensor, PooledState]:
+        """No-grad CPU inference of the whole chain on a chunk ``x (B, T)``, pooled over
+        blocks of ``hop`` samples in the same pass (operators ``lhotse_amt::casp_pooled`` /
+        ``lhotse_amt::king_pooled``, :mod:`lhotse_amt.ops.fused`).
+
+        Args:
+            x: chunk of input samples ``(B, T)`` (the model's dtype, CPU).
+            state: the state returned with the previous chunk (``None``: rest).
+            hop: samples per block.
+            ends: valid samples of each item, counted from the chunk's start (samples at
+                or after them are not summed).
+            square: sum squares (rms pooling).
+            envelope: King2019 only: bands above ``pi_cutoff`` as ``|band| pi / (2 sqrt
+                2)`` (the causal stand-in for the phase insensitivity).
+
+        Returns:
+            Block sums ``(B, C, M, ceil(T / hop))`` float64 (band 0 the low-pass band of
+            the CASP chains; 0 for bands a channel lacks) and the new state. Block ``k``
+            holds samples ``[k hop, (k + 1) hop)``: the frame definition of
+            :func:`lhotse_amt.functional.framing.frame_mean` before the division.
+        """
+        from ..ops import fused
+
+        st = state or PooledState()
+        u, front = self._fused_front(x, st.front)
+        if self.fused_chain == "casp":
+            plan = self._kernel_plan("casp", fused.casp_plan)
+            sums, kst = fused.casp_pooled(plan, u, st.kernel, hop, ends, square)
+        elif self.fused_chain == "king2019":
+            plan = self._kernel_plan(
+                f"king2019-pooled-{bool(envelope)}", _king_pooled_plan(envelope)
+            )
+            sums, kst = fused.king_pooled(plan, u, st.kernel, hop, ends, square)
+        else:
+            raise ValueError(f"{type(self).__name__} has no fused pooled chain")
+        return sums, PooledState(front, kst)
+
+    def pooled_modulation(
+        self,
+        x: Tensor,
+        state: dict[str, Any] | None,
+        upto: str,
+        R: int,
+        starts: Any,
+        stops: Any,
+        counts: Any,
+        square: bool,
+    ) -> tuple[Tensor | None, dict[str, Any]]:
+        """No-grad CPU inference: the stages up to ``upto`` on a chunk ``x (B, T)`` (their
+        output at ``1 / R`` of the input rate), then the modulation filterbank and the
+        frame pooling of its output held over ``R`` input samples per sample in one pass
+        (operator ``lhotse_amt::modulation_pooled``); frame ``f`` of item ``b`` covers
+        input samples ``[starts[b, f], stops[b, f])`` of the chunk, ``counts[b]`` frames.
+        Returns the frame values ``(B, C, M + 1, F)`` float64 (``None`` for a chunk too
+        short to reach the next decimated sample) and the new :meth:`stream` state."""
+        from ..ops import fused
+
+        out, new = self.stream(x, state, upto=upto)
+        y = out[upto]
+        mst = (state or {}).get("modulation")
+        if y.shape[-1] == 0:
+            new["modulation"] = mst
+            return None, new
+        mod = self.modulation  # type: ignore[attr-defined]
+        sums, new["modulation"] = fused.modulation_pooled(
+            y, mod, mst, starts, stops, counts, R, square
+        )
+        return sums, new
+
+    def pooled_modulation_supported(self) -> bool:
+        """Whether :meth:`pooled_modulation` runs this model's modulation filterbank."""
+        from ..ops import fused
+
+        return fused.modulation_pooled_supported(self.modulation)  # type: ignore[attr-defined]
 
     def _kernel_plan(self, name: str, make: Callable[[nn.Module, bool], Any]) -> Any:
         """``make(model64, precise)``: the coefficient layout of the fused CPU kernel

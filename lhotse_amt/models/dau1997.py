@@ -89,6 +89,7 @@ class Dau1997(StreamingModel):
     """
 
     stage_names = ("filterbank", "ihc", "adaptation", "modulation")
+    fused_chain = "casp"
 
     def __init__(
         self,

@@ -107,6 +107,7 @@ class King2019(StreamingModel):
     """
 
     stage_names = ("filterbank", "compression", "ihc", "adaptation", "modulation")
+    fused_chain = "king2019"
 
     def __init__(
         self,
@@ -295,25 +296,22 @@ class King2019(StreamingModel):
 
     def _fused_modulation(self, x: Tensor) -> Tensor | None:
         """Phase-insensitive modulation filterbank output ``(B, F, M, T)`` of ``x (B, T)``
-        by the fused CPU kernel (:func:`lhotse_amt.kernels.king2019.king_samples`:
+        by the fused operator (:func:`lhotse_amt.ops.fused.king_samples`:
         float64 recursions, no sample-rate intermediate but the band-pass inputs);
         ``None`` where it does not apply (not on the CPU, or the direct-form ``"tf"``
         band-passes)."""
-        if (
-            x.device.type != "cpu"
-            or self.modulation_filterbank.form != "sos"
-            or self.ihc.sos.dim() != 2
-        ):
-            return None
-        from ..kernels import king2019 as kk
+        from ..ops import fused
 
-        def make(m64: torch.nn.Module, precise: bool) -> kk.KingPooledPlan:
+        if x.device.type != "cpu" or not fused.chain_supported(self, "king2019"):
+            return None
+
+        def make(m64: torch.nn.Module, precise: bool) -> object:
             M = int(m64.mfc.numel())
-            return kk.KingPooledPlan(m64, np.ones(M), np.zeros(M, bool), precise)
+            return fused.king_plan(m64, np.ones(M), np.zeros(M, bool), precise)
 
         plan = self._kernel_plan("king2019", make)
         y = _alloc.empty_tensor((x.shape[0], plan.C, plan.M, x.shape[-1]), self.dtype)
-        kk.king_samples(plan, x, y, self._pi_bands())
+        fused.king_samples(plan, x, y, self._pi_bands())
         return y
 
     def forward(self, x: Tensor) -> Tensor | tuple[Tensor, dict[str, Tensor]]:

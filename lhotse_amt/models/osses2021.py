@@ -112,6 +112,7 @@ class Osses2021(StreamingModel):
     """
 
     stage_names = ("headphone", "middleear", "filterbank", "ihc", "adaptation", "modulation")
+    fused_chain = "casp"
 
     def __init__(
         self,
@@ -223,6 +224,14 @@ class Osses2021(StreamingModel):
         if lengths is None:
             return {}
         return {"end": torch.as_tensor(lengths, dtype=torch.long)}
+
+    def _fused_front(self, x: Tensor, state: Any) -> tuple[Tensor, Any]:
+        """The ear filters before the fused chain, with :meth:`stream`'s semantics."""
+        st = state or {}
+        end = st.get("end")
+        y, hp = self.headphone.stream(x, st.get("headphone"), end)
+        y, me = self.middleear.stream(y, st.get("middleear"), end)
+        return y, {"end": end, "headphone": hp, "middleear": me}
 
     def _stages(
         self, x: Tensor, state: dict[str, Any] | None, upto: str | None

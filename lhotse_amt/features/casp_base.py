@@ -1,0 +1,195 @@
+"""Shared parts of the modulation-filterbank (CASP-family) extractors.
+
+Feature layout (:meth:`CASPExtractor.feature_names` names every column):
+
+* ``stage="modulation"`` (default): one column per (auditory channel, modulation band),
+  channel-major, low-pass band first. ``layout="compact"`` keeps only the bands each
+  channel has (with the upper-limit rule low channels have fewer), ``layout="padded"``
+  gives every channel ``max_bands`` columns, zero where a band does not exist, so the
+  matrix reshapes to ``(frames, channels, max_bands)``. Both are fixed for a config.
+* ``stage="adaptation"``: one column per auditory channel (the adaptation-loop output).
+
+Values are in model units (MU, AMT convention): 0 MU is silence (the adaptation loops'
+minimum level), so **pad with 0.0**: :func:`lhotse_amt.pad_cut` / :func:`lhotse_amt.pad_cuts`
+and :func:`lhotse_amt.collate_features` do (Lhotse's own ``cut.pad()`` and collation fill
+``LOG_EPSILON`` = -23.03 unless ``pad_feat_value=0.0`` is passed; see
+:mod:`lhotse_amt.padding`). Feature-domain mixing: :class:`lhotse_amt.features.mixing.MUMixing`.
+
+**Fused pooled path.** On the CPU without gradient, ``stage="modulation"`` features of a
+model with a fused chain come from one model call per chunk,
+:meth:`lhotse_amt.models._base.StreamingModel.pooled_block_sums` (the fused operators of
+:mod:`lhotse_amt.ops.fused`: the whole chain and the frame pooling in one pass over the
+samples, no sample-rate tensor). The recursions run in float64 with coefficients from a
+float64 twin of the model; in float64 the result equals the stage-wise path to rounding, in
+float32 it is within 1e-5 of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .._validation import check_bool, check_choice, check_number, check_positive_finite
+from ..functional.modulation import MODULATION_PRESETS
+from ..models._base import PooledState
+from .base import AuditoryExtractor
+from .frames import FrameAccumulator
+from .mixing import MUMixing
+
+__all__ = [
+    "CASPExtractor",
+    "FusedPooling",
+    "adaptation_kwargs",
+    "check_grid",
+    "check_modulation",
+    "modulation_kwargs",
+]
+
+_MODULATION_FIELDS = ("max_mfc", "use_upper_limit", "att_factor", "lp150")
+
+
+def check_grid(c: Any) -> None:
+    """``0 < flow < fhigh`` (Hz), both finite (normalised to floats)."""
+    c.flow = check_positive_finite("flow", c.flow)
+    c.fhigh = check_positive_finite("fhigh", c.fhigh)
+    if not c.flow < c.fhigh:
+        raise ValueError(f"flow must be below fhigh, got flow={c.flow}, fhigh={c.fhigh}")
+
+
+def check_modulation(c: Any, with_preset: bool = True) -> None:
+    """The optional modulation-filterbank fields shared by the MU configs."""
+    if with_preset:
+        check_choice("modulation_preset", c.modulation_preset, (None, *MODULATION_PRESETS))
+    c.max_mfc = check_positive_finite("max_mfc", c.max_mfc, allow_none=True)
+    c.use_upper_limit = check_bool("use_upper_limit", c.use_upper_limit, allow_none=True)
+    c.att_factor = check_positive_finite("att_factor", c.att_factor, allow_none=True)
+    c.lp150 = check_bool("lp150", c.lp150, allow_none=True)
+    c.adaptation_limit = check_number(
+        "adaptation_limit", c.adaptation_limit, min=0.0, allow_none=True
+    )
+
+
+def modulation_kwargs(c: Any) -> dict[str, Any]:
+    """The modulation-filterbank keyword arguments a config sets (fields left ``None``
+    take the model's defaults)."""
+    mod: dict[str, Any] = {}
+    if getattr(c, "modulation_preset", None) is not None:
+        mod["preset"] = c.modulation_preset
+    for k in _MODULATION_FIELDS:
+        if getattr(c, k) is not None:
+            mod[k] = getattr(c, k)
+    return mod
+
+
+def adaptation_kwargs(c: Any) -> dict[str, Any]:
+    """``{"limit": adaptation_limit}`` where the config sets it."""
+    return {} if c.adaptation_limit is None else {"limit": c.adaptation_limit}
+
+
+class FusedPooling:
+    """The fused pooled CPU path of an extractor (``stage="modulation"``, no gradient, a
+    model whose :meth:`~lhotse_amt.models._base.StreamingModel.pooled_supported`): per
+    chunk one call of the model's ``pooled_block_sums``, whose block sums become frames
+    (:meth:`FrameAccumulator.add_block_sums`)."""
+
+    config: Any
+    hop: int
+
+    def _column_index(self) -> np.ndarray | None:
+        return None
+
+    def _envelope(self) -> bool:
+        """King2019: the bands above ``pi_cutoff`` as scaled magnitudes."""
+        return False
+
+    def _fused_ok(self, model: torch.nn.Module, x: Tensor) -> bool:
+        return (
+            self.config.stage == "modulation"
+            and x.device.type == "cpu"
+            and not torch.is_grad_enabled()
+            and model.pooled_supported()
+        )
+
+    def _chunk(
+        self, model: torch.nn.Module, x: Tensor, state: Any, t0: int, acc: FrameAccumulator
+    ) -> Any:
+        if not self._fused_ok(model, x):
+            return super()._chunk(model, x, state, t0, acc)  # type: ignore[misc]
+        if not isinstance(state, PooledState):  # the model's initial stream state
+            state = PooledState(front=state)
+        sums, state = model.pooled_block_sums(
+            x[:, 0],
+            state,
+            self.hop,
+            [n - t0 for n in acc.lengths],
+            self.config.pooling == "rms",
+            envelope=self._envelope(),
+        )
+        B, C, M, nblk = sums.shape
+        # numpy on this thread (a torch copy or gather opens a parallel region)
+        sums_np = sums.numpy().reshape(B, C * M, nblk)
+        cols = self._column_index()
+        if cols is not None:
+            sums_np = sums_np[:, cols]
+        acc.add_block_sums(torch.from_numpy(sums_np), t0)
+        return state
+
+
+class CASPExtractor(MUMixing, FusedPooling, AuditoryExtractor):
+    """Common code of the modulation-filterbank extractors with model-unit output
+    (Dau1997, Osses2021, Paulick2024; see the module docstring)."""
+
+    stages: ClassVar[tuple[str, ...]] = ("modulation", "adaptation")
+
+    def _check_config(self) -> None:
+        super()._check_config()
+        if self.config.stage not in self.stages:
+            raise ValueError(f"stage must be one of {self.stages}, got {self.config.stage!r}")
+        if self.config.layout not in ("compact", "padded"):
+            raise ValueError(f"layout must be 'compact' or 'padded', got {self.config.layout!r}")
+
+    def _spec(self) -> tuple[np.ndarray, np.ndarray]:
+        """(auditory centre frequencies (C,), modulation centre frequencies (C, M) with NaN)."""
+        m = self.model("cpu")
+        return m.fc.detach().double().numpy(), m.modulation.mfc_padded.detach().double().numpy()
+
+    def _column_index(self) -> np.ndarray | None:
+        if self.config.stage != "modulation" or self.config.layout == "padded":
+            return None
+        _, mfc = self._spec()
+        return np.flatnonzero(~np.isnan(mfc.reshape(-1)))
+
+    def feature_dim(self, sampling_rate: int) -> int:
+        self._check_rate(sampling_rate)
+        fc, mfc = self._spec()
+        if self.config.stage != "modulation":
+            return len(fc)
+        return int(mfc.size if self.config.layout == "padded" else np.count_nonzero(~np.isnan(mfc)))
+
+    def feature_names(self) -> list[str]:
+        fc, mfc = self._spec()
+        if self.config.stage != "modulation":
+            return [f"fc={f:.1f}Hz" for f in fc]
+        names = []
+        for c, f in enumerate(fc):
+            for m in mfc[c]:
+                if np.isnan(m):
+                    if self.config.layout == "padded":
+                        names.append(f"fc={f:.1f}Hz/mfc=none")
+                    continue
+                names.append(f"fc={f:.1f}Hz/mfc={m:.2f}Hz")
+        return names
+
+    def _sample_features(self, model: torch.nn.Module, x: Tensor, state: Any) -> tuple[Tensor, Any]:
+        out, new = model.stream(x[:, 0], state, upto=self.config.stage)
+        y = out[self.config.stage]
+        if self.config.stage == "modulation":
+            B, C, M, T = y.shape
+            y = y.reshape(B, C * M, T)
+            cols = self._column_index()
+            if cols is not None:
+                y = y.index_select(1, torch.as_tensor(cols, device=y.device))
+        return y, new

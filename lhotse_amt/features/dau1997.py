@@ -1,0 +1,102 @@
+"""``amt-dau1997``: frame-level internal representation of Dau, Kollmeier & Kohlrausch
+(1997, JASA 102): gammatone filterbank, IHC envelope, adaptation loops and modulation
+filterbank (:class:`lhotse_amt.models.Dau1997`). Layout, units (MU), padding (0.0) and the
+fused pooled path: :mod:`lhotse_amt.features.casp_base`; mixing hooks:
+:class:`lhotse_amt.features.mixing.MUMixing`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lhotse.features.base import register_extractor
+
+from .._validation import check_choice, check_positive_finite
+from ..functional.ihc import IHC_PRESETS
+from ..models.dau1997 import DAU1997_PRESETS, Dau1997
+from .base import AuditoryConfig
+from .casp_base import (
+    CASPExtractor,
+    adaptation_kwargs,
+    check_grid,
+    check_modulation,
+    modulation_kwargs,
+)
+
+__all__ = ["Dau1997Config", "Dau1997Extractor"]
+
+
+@dataclass
+class Dau1997Config(AuditoryConfig):
+    """Config of ``amt-dau1997``. Model fields left ``None`` take the model's defaults
+    (or the ``preset``'s). See :class:`lhotse_amt.Dau1997`.
+
+    Attributes:
+        preset: ``"amt-0.9.10"``, ``"amt-1.4"``, ``"amt-1.4-mfb-dau1997"`` or ``None``.
+        flow, fhigh: gammatone grid range (Hz); ``basef``: base frequency of the grid.
+        ihc_method: IHC preset; adaptation_limit: overshoot limit.
+        modulation_preset, max_mfc, use_upper_limit, att_factor, lp150, filter_type:
+            modulation filterbank settings.
+        stage: ``"modulation"`` or ``"adaptation"`` output.
+        layout: ``"compact"`` or ``"padded"`` modulation columns.
+
+    Checked at construction (see :class:`AuditoryConfig`): frequencies finite and > 0 with
+    ``flow < fhigh``; ``adaptation_limit >= 0``; ``max_mfc``, ``att_factor`` > 0; the
+    string fields one of their listed values; the ``bool`` fields ``True``/``False``
+    (``None`` where the default is ``None``).
+    """
+
+    preset: str | None = None
+    flow: float = 80.0
+    fhigh: float = 8000.0
+    basef: float | None = None
+    ihc_method: str | None = None
+    adaptation_limit: float | None = None
+    modulation_preset: str | None = None
+    max_mfc: float | None = None
+    use_upper_limit: bool | None = None
+    att_factor: float | None = None
+    lp150: bool | None = None
+    filter_type: str = "efilt"
+    stage: str = "modulation"
+    layout: str = "compact"
+
+    def validate(self) -> None:
+        super().validate()
+        check_choice("preset", self.preset, (None, *DAU1997_PRESETS))
+        check_grid(self)
+        self.basef = check_positive_finite("basef", self.basef, allow_none=True)
+        check_choice("ihc_method", self.ihc_method, (None, *IHC_PRESETS))
+        check_modulation(self)
+        check_choice("filter_type", self.filter_type, ("efilt", "butterworth"))
+        check_choice("stage", self.stage, ("modulation", "adaptation"))
+        check_choice("layout", self.layout, ("compact", "padded"))
+
+
+@register_extractor
+class Dau1997Extractor(CASPExtractor):
+    """Lhotse extractor ``amt-dau1997``: frame-level Dau et al. (1997) internal
+    representation (see :mod:`lhotse_amt.features.casp_base` for layout, units, padding
+    and the fused path; mixing: :class:`~lhotse_amt.features.mixing.MUMixing`)."""
+
+    name = "amt-dau1997"
+    config_type = Dau1997Config
+
+    def __init__(self, config: Dau1997Config | None = None) -> None:
+        super().__init__(config)
+
+    def _build_model(self) -> Dau1997:
+        c = self.config
+        fb = {} if c.basef is None else {"basef": c.basef}
+        ihc = {} if c.ihc_method is None else {"method": c.ihc_method}
+        return Dau1997(
+            c.sampling_rate,
+            flow=c.flow,
+            fhigh=c.fhigh,
+            dtype=self.torch_dtype,
+            filterbank_kwargs=fb,
+            ihc_kwargs=ihc,
+            adaptation_kwargs=adaptation_kwargs(c),
+            modulation_kwargs={"filter_type": c.filter_type, **modulation_kwargs(c)},
+            preset=c.preset,
+        )

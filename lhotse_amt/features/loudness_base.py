@@ -1,0 +1,216 @@
+"""Shared parts of the loudness-model extractors ``amt-glasberg2002`` and ``amt-moore2016``.
+
+**Features.** One row per Lhotse frame: the specific-loudness pattern (sone/Cam) on the
+models' ERB-number grid, ``C = 149`` channels (1.8 … 38.8 Cam) for Glasberg2002 (one ear,
+the signal presented diotically) and ``2 × 150`` channels (1.75 … 39 Cam) laid out
+``[left | right]`` for Moore2016; optionally followed by the short-term (``include_stl``) and
+long-term (``include_ltl``) loudness in sone (binaural/diotic values, i.e. the models' own
+outputs). ``specific="instantaneous"`` (default) gives the instantaneous specific loudness,
+``"short_term"`` the specific loudness after the short-term AGC (per channel; Moore2016: before
+binaural inhibition). :meth:`feature_names` names every column (``fc=1000.0Hz``,
+``left/fc=1000.0Hz``, ``stl``, ``ltl``).
+
+**Frames (pooling).** The models produce one frame per millisecond, model frame ``i`` centred on
+input time ``i / 1000`` s (sample ``32 i`` at 32 kHz), ``i = 0 … floor(T32 / 32)`` (``T32``: the
+number of samples at 32 kHz). Lhotse frame ``j`` is the **mean of the model frames whose centre
+lies in** ``[j * frame_shift, (j + 1) * frame_shift)``, i.e. of the ``i`` with
+``floor(i * sampling_rate / (1000 * hop)) == j`` (``hop = frame_shift * sampling_rate``); the
+last frame takes only the model frames that exist. The number of rows is exactly
+``lhotse.utils.compute_num_frames_from_samples(T, frame_shift, sampling_rate)``; every row has at
+least one model frame when ``frame_shift >= 1 ms``. For Glasberg2002 the AGCs start, as in the
+model, 64 frames before the signal (``j = -64``); those leading frames are not pooled.
+
+**Level.** The models take pascals. ``full_scale_db_spl`` is the level (dB SPL) of a digital
+signal with rms 1 (default 100, as the other ``amt-*`` extractors): ``x_Pa = x * 20e-6 *
+10^(full_scale_db_spl / 20)``, i.e. 2 Pa per unit at the default. (The AMT ``moore2016`` code
+instead assumes 100 dB SPL for a full-scale *sinusoid*, rms 1/sqrt(2): pass
+``full_scale_db_spl=103.01`` for that convention.) ``target_level_db_spl`` normalises every cut
+to that rms level instead.
+
+**Sampling rate.** The models run at 32 kHz; the configs default to ``sampling_rate=32000``.
+Audio at another rate is rejected unless ``sampling_rate`` is set to it, in which case each
+signal is resampled to 32 kHz (:func:`scipy.signal.resample_poly`) before the model; the frame
+definition above is in seconds, so it is unchanged.
+
+**Chunking.** Long signals are processed in blocks of about ``chunk_duration`` seconds aligned to
+Lhotse frames. A model frame depends on the input within ±3072 samples (at 32 kHz) of its centre
+(4097-tap zero-phase ear filter, 64-ms window), so each block is computed from its samples plus
+3072 samples of context on each side (zeros outside the signal, as in one-shot processing); the
+AGC states (short-term per channel, long-term) are carried from block to block. Memory is
+bounded by the block, and the result equals one-shot processing up to float rounding.
+
+**Channels.** Glasberg2002 is mono (the usual ``channel``/``downmix`` policy). Moore2016 needs
+exactly two channels (left, right); with ``diotic=True`` it also accepts mono audio and presents
+it to both ears.
+
+**Padding and mixing.** Silence is 0 sone, so pad stored features with ``0.0``
+(:func:`lhotse_amt.pad_cut` does). The feature-domain mixing hooks
+(:class:`lhotse_amt.features.mixing.LoudnessMixing`) are an approximation (the models are
+nonlinear); extracting from the mixed audio is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .._serial import scaled_copy
+from .._validation import check_bool, check_choice
+from ..functional import loudness as L
+from .base import AuditoryConfig, AuditoryExtractor
+from .mixing import LoudnessMixing
+
+__all__ = ["LoudnessConfig", "LoudnessExtractor", "stream_agc"]
+
+#: pascals per digital unit at ``full_scale_db_spl = 100`` (rms 1 = 100 dB SPL)
+_PA_PER_UNIT = L.P0 * 10.0 ** (100.0 / 20.0)
+#: input context (samples at 32 kHz) on each side of a model frame centre
+_CONTEXT = 3072
+_CTX_FRAMES = _CONTEXT // L.HOP
+
+
+def stream_agc(x: np.ndarray, attack: float, release: float, state: np.ndarray) -> np.ndarray:
+    """Attack/release AGC of each row of ``x (N, T)`` (float64) from ``state (N,)`` by the
+    operator ``lhotse_amt::agc``; ``state`` is updated in place to each row's last output,
+    so consecutive blocks equal one call on the whole signal."""
+    from ..ops import agc  # compiled kernels: imported on first use
+
+    y = agc(
+        torch.from_numpy(np.ascontiguousarray(x)),
+        float(attack),
+        float(release),
+        dim=-1,
+        state=torch.from_numpy(state),
+    ).numpy()
+    if y.shape[-1]:
+        state[...] = y[:, -1]
+    return y
+
+
+@dataclass
+class LoudnessConfig(AuditoryConfig):
+    """Fields of the loudness extractor configs (checked at construction as
+    :class:`AuditoryConfig`; ``frame_shift`` is at least the models' 1-ms frame)."""
+
+    sampling_rate: int = 32000
+    frame_shift: float = 0.01
+    specific: str = "instantaneous"
+    include_stl: bool = False
+    include_ltl: bool = False
+
+    def validate(self) -> None:
+        super().validate()
+        if self.frame_shift < 1e-3 - 1e-12:
+            raise ValueError(
+                f"frame_shift must be at least 0.001 s (the models' 1-ms frames), got "
+                f"{self.frame_shift}"
+            )
+        check_choice("specific", self.specific, ("instantaneous", "short_term"))
+        self.include_stl = check_bool("include_stl", self.include_stl)
+        self.include_ltl = check_bool("include_ltl", self.include_ltl)
+
+
+class LoudnessExtractor(LoudnessMixing, AuditoryExtractor):
+    """Shared framing, chunking, calibration and AGC streaming of the loudness extractors."""
+
+    padding_value: ClassVar[float] = 0.0
+    model_dboffset: ClassVar[float] = 100.0
+    n_ears: ClassVar[int] = 1
+
+    # ------------------------------------------------------------------ layout
+    def _channel_fc(self) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _extra_names(self) -> list[str]:
+        c = self.config
+        return (["stl"] if c.include_stl else []) + (["ltl"] if c.include_ltl else [])
+
+    def feature_dim(self, sampling_rate: int) -> int:
+        del sampling_rate
+        return self.n_ears * len(self._channel_fc()) + len(self._extra_names())
+
+    # ------------------------------------------------------------------ model frames
+    def _model_frames(self, model: torch.nn.Module, seg: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Per-frame specific loudness ``(F, E, C)`` and instantaneous loudness ``(F,)`` (or
+        None) of the segment's model frames ``j = 0 … floor(len / 32)``."""
+        raise NotImplementedError  # pragma: no cover
+
+    def _first_frame(self, model: torch.nn.Module) -> int:
+        return 0
+
+    def _stream(self, spec: np.ndarray, inst: np.ndarray | None, state: dict) -> np.ndarray:
+        """Feature rows ``(F, D)`` for consecutive model frames, carrying AGC states."""
+        raise NotImplementedError  # pragma: no cover
+
+    # ------------------------------------------------------------------ computation
+    def _to_32k(self, x: Tensor) -> Tensor:
+        sr = self.config.sampling_rate
+        if sr == L.FS:
+            return x
+        return L.resample_to_32k(x, sr)
+
+    def _compute(self, x: Tensor, lengths: list[int]) -> list[Tensor]:
+        return [self._compute_one(x[b, :, :n], n) for b, n in enumerate(lengths)]
+
+    def _compute_one(self, x: Tensor, n: int) -> Tensor:
+        model = self.model(x.device)
+        c = self.config
+        sr = int(c.sampling_rate)
+        hop = self.hop
+        # whole-signal passes by numpy on this thread (a torch op would open a parallel
+        # region per pass, which costs a scheduler time slice on a busy machine; _serial)
+        if self.config.sampling_rate == L.FS and x.device.type == "cpu":
+            x32 = scaled_copy(x, _PA_PER_UNIT, model.dtype)
+        else:
+            x32 = self._to_32k(x * _PA_PER_UNIT).to(model.dtype)
+        t32 = x32.shape[-1]
+        last = t32 // L.HOP  # last model frame (centre <= end of signal)
+        n_out = self._num_frames(n)
+        den = 1000 * hop  # model frame i -> Lhotse frame (i * sr) // den
+        per_block = max(1, int(round(c.chunk_duration / c.frame_shift)))
+        j_first = self._first_frame(model)
+        state: dict = {}
+        rows = []
+        for a in range(0, n_out, per_block):
+            b = min(a + per_block, n_out)
+            i_a = -(-a * den // sr)  # first model frame of Lhotse frame a
+            i_b = min(-(-b * den // sr), last + 1)
+            lo = j_first if a == 0 else i_a
+            if i_b <= lo:
+                raise AssertionError("empty block")  # pragma: no cover - frame_shift >= 1 ms
+            s0 = L.HOP * lo - _CONTEXT
+            s1 = L.HOP * (i_b - 1) + _CONTEXT
+            c0, c1 = max(s0, 0), min(s1, t32)
+            if x32.device.type == "cpu":
+                seg_np = np.zeros((x32.shape[0], s1 - s0), dtype=x32.numpy().dtype)
+                if c1 > c0:
+                    seg_np[:, c0 - s0 : c1 - s0] = x32.numpy()[:, c0:c1]
+                seg = torch.from_numpy(seg_np)
+            else:
+                seg = x32.new_zeros(x32.shape[0], s1 - s0)
+                if c1 > c0:
+                    seg[:, c0 - s0 : c1 - s0] = x32[:, c0:c1]
+            spec, inst = self._model_frames(model, seg)
+            # segment frame j' = global frame - lo + _CTX_FRAMES
+            sel = slice(_CTX_FRAMES, _CTX_FRAMES + (i_b - lo))
+            spec_np = np.asarray(spec[sel].detach().cpu().numpy(), dtype=np.float64)
+            inst_np = (
+                None
+                if inst is None
+                else np.asarray(inst[sel].detach().cpu().numpy(), dtype=np.float64)
+            )
+            feats = self._stream(spec_np, inst_np, state)
+            keep = np.arange(lo, i_b) >= 0
+            feats, idx = feats[keep], np.arange(lo, i_b)[keep]
+            grp = (idx * sr) // den - a
+            sums = np.zeros((b - a, feats.shape[1]))
+            np.add.at(sums, grp, feats)
+            counts = np.bincount(grp, minlength=b - a)
+            rows.append(sums / counts[:, None])
+        out = np.concatenate(rows, 0)
+        assert out.shape[0] == n_out
+        return torch.from_numpy(out.astype(np.float32))

@@ -1,0 +1,363 @@
+"""The models' fused no-grad inference chains as registered operators (``lhotse_amt::``).
+
+Eager CPU inference runs each model's whole chain, or a long part of it, in one compiled
+pass over the samples (:mod:`lhotse_amt.kernels.casp`, :mod:`lhotse_amt.kernels.king2019`,
+:mod:`lhotse_amt.kernels.modbank_simd`, :mod:`lhotse_amt.kernels.paulick`; float64
+recursions with coefficients from a float64 twin of the model). Each chain is one operator
+here, with
+
+* a CPU kernel (the fused numba chain),
+* a fake implementation (shapes only),
+* no gradient: the operators serve inference; under autograd, on CUDA and while
+  ``torch.compile``/``torch.export`` trace a model, the models run their stages as the
+  differentiable operators (:mod:`lhotse_amt.ops.recursions`) instead. The operators are
+  registered for the CPU only: called with CUDA tensors the dispatcher raises
+  ``NotImplementedError`` (the models never do; they take the differentiable path there).
+
+The pooled operators implement the frame definition of
+:func:`lhotse_amt.functional.framing.frame_mean` inside their sample loop: they return
+per-hop sums (block ``k``: samples ``[k hop, (k + 1) hop)`` cut at the item's end), which
+:class:`lhotse_amt.features.frames.FrameAccumulator` divides by the sample counts. The tests
+compare them with :func:`~lhotse_amt.functional.framing.frame_mean` of the sample output.
+
+A kernel's coefficient layout (its *plan*, built once per model by :func:`casp_plan` /
+:func:`king_plan`) is not a tensor; the operators receive it as an integer handle
+(:func:`plan_handle`) into a registry of live plans. Streaming states cross the operator
+boundary as :class:`KernelState` (named arrays in the kernel's own layout).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..kernels import casp as _casp
+from ..kernels import king2019 as _king
+from ..kernels import modbank_simd as _modbank
+from ..kernels import paulick as _paulick
+
+__all__ = [
+    "KernelState",
+    "casp_plan",
+    "casp_pooled",
+    "casp_samples",
+    "casp_supported",
+    "chain_supported",
+    "king_plan",
+    "king_pooled",
+    "king_samples",
+    "modulation_pooled",
+    "modulation_pooled_supported",
+    "plan_handle",
+    "pool_held",
+]
+
+_LIB = "lhotse_amt"
+_PLANS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def plan_handle(plan: Any) -> int:
+    """Integer handle of a kernel plan for the operators (valid while the plan lives)."""
+    _PLANS[id(plan)] = plan
+    return id(plan)
+
+
+def _plan(handle: int) -> Any:
+    try:
+        return _PLANS[handle]
+    except KeyError:
+        raise ValueError(f"no live fused-kernel plan with handle {handle}") from None
+
+
+@dataclass(frozen=True)
+class KernelState:
+    """Streaming state of a fused kernel between chunks: named arrays in the kernel's own
+    layout (a stream stays with the kernel that started it)."""
+
+    keys: tuple[str, ...]
+    arrays: tuple[Tensor, ...]
+
+    @classmethod
+    def from_arrays(cls, d: dict[str, Any]) -> KernelState:
+        return cls(tuple(d), tuple(torch.as_tensor(v) for v in d.values()))
+
+    def numpy(self) -> dict[str, np.ndarray]:
+        return {k: v.numpy() for k, v in zip(self.keys, self.arrays)}
+
+    def replace(self, arrays: list[Tensor]) -> KernelState:
+        return KernelState(self.keys, tuple(arrays))
+
+
+# --------------------------------------------------------------------------------------
+# Dau1997 / Osses2021: gammatone, IHC, adaptation loops, modulation filterbank
+# --------------------------------------------------------------------------------------
+
+
+def casp_supported(model: torch.nn.Module) -> bool:
+    """Whether the fused CASP chain runs ``model`` (``efilt`` bands with one pole, an SOS
+    IHC, one time constant per loop)."""
+    return _casp.fused_supported(model)
+
+
+def chain_supported(model: torch.nn.Module, chain: str | None) -> bool:
+    """Whether the fused pooled chain ``chain`` (``"casp"``, ``"king2019"``) runs
+    ``model`` (King2019: second-order-section band-passes and IHC)."""
+    if chain == "casp":
+        return casp_supported(model)
+    if chain == "king2019":
+        return model.modulation_filterbank.form == "sos" and model.ihc.sos.dim() == 2
+    return False
+
+
+def casp_plan(model: torch.nn.Module, precise: bool) -> Any:
+    """The fused CASP chain's coefficient layout for ``model`` (float64 ``precise``)."""
+    return _casp.CASPPooledPlan(model, precise)
+
+
+@torch.library.custom_op(f"{_LIB}::casp_pooled", mutates_args=(), device_types="cpu")
+def _casp_pooled(
+    x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
+) -> tuple[Tensor, list[Tensor]]:
+    keys = _CASP_KEYS[len(state)]
+    sums, new = _casp.casp_pooled(
+        _plan(plan), x, dict(zip(keys, (s.numpy() for s in state))), hop, ends, square
+    )
+    return sums.contiguous(), [torch.from_numpy(new[k]) for k in keys]
+
+
+@_casp_pooled.register_fake
+def _(
+    x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
+) -> tuple[Tensor, list[Tensor]]:
+    p = _plan(plan)
+    nblk = -(-x.shape[-1] // hop)
+    sums = x.new_empty((x.shape[0], p.C, p.M1, nblk), dtype=torch.float64)
+    return sums, [torch.empty_like(s) for s in state]
+
+
+#: state keys of the channel-vectorised kernel (8 arrays) and of the register kernel (2)
+_CASP_KEYS = {8: ("gre", "gim", "ihc", "adapt", "pre", "lp", "xr", "xi"), 2: ("front", "mod")}
+
+
+def casp_pooled(
+    plan: Any, x: Tensor, state: KernelState | None, hop: int, ends: list[int], square: bool
+) -> tuple[Tensor, KernelState]:
+    """Operator ``lhotse_amt::casp_pooled``: the fused chain on ``x (B, T)`` (the gammatone
+    input) from ``state`` (``None``: rest), summed over blocks of ``hop`` samples (samples
+    at or after ``ends[b]`` unused). Returns sums ``(B, C, M + 1, ceil(T / hop))`` float64
+    (of squares if ``square``; 0 for bands a channel lacks) and the new state."""
+    if state is None:  # the rest state in the layout of the kernel that will run
+        _, st = _casp.casp_pooled(plan, x[:, :0], None, hop, [0] * x.shape[0], square)
+        state = KernelState.from_arrays(st)
+    sums, new = _casp_pooled(x, plan_handle(plan), list(state.arrays), hop, ends, square)
+    return sums, state.replace(new)
+
+
+@torch.library.custom_op(f"{_LIB}::casp_samples_", mutates_args=("out",), device_types="cpu")
+def _casp_samples(x: Tensor, out: Tensor, plan: int) -> None:
+    _casp.casp_samples(_plan(plan), x, out)
+
+
+@_casp_samples.register_fake
+def _(x: Tensor, out: Tensor, plan: int) -> None:
+    return None
+
+
+def casp_samples(plan: Any, x: Tensor, out: Tensor) -> None:
+    """Operator ``lhotse_amt::casp_samples_``: the fused chain on ``x (B, T)`` from rest,
+    every band's samples written into ``out (B, R, T)`` (contiguous; the bands of channel
+    0, low-pass first, then those of channel 1, ...)."""
+    _casp_samples(x, out, plan_handle(plan))
+
+
+# --------------------------------------------------------------------------------------
+# King2019: gammatone, compression, IHC, high-pass, modulation band-passes
+# --------------------------------------------------------------------------------------
+
+
+def king_plan(model: torch.nn.Module, gain: np.ndarray, use_abs: np.ndarray, precise: bool) -> Any:
+    """The fused King2019 chain's layout; band ``m`` times ``gain[m]``, ``|.|`` first
+    where ``use_abs[m]``."""
+    return _king.KingPooledPlan(model, gain, use_abs, precise)
+
+
+#: state keys of the channel-vectorised kernel (5 arrays) and of the register kernel (1)
+_KING_KEYS = {5: ("gre", "gim", "ihc", "post", "bank"), 1: ("front",)}
+
+
+@torch.library.custom_op(f"{_LIB}::king_pooled", mutates_args=(), device_types="cpu")
+def _king_pooled(
+    x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
+) -> tuple[Tensor, list[Tensor]]:
+    keys = _KING_KEYS[len(state)]
+    sums, new = _king.king_pooled(
+        _plan(plan), x, dict(zip(keys, (s.numpy() for s in state))), hop, ends, square
+    )
+    return sums.contiguous(), [torch.from_numpy(new[k]) for k in keys]
+
+
+@_king_pooled.register_fake
+def _(
+    x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
+) -> tuple[Tensor, list[Tensor]]:
+    p = _plan(plan)
+    nblk = -(-x.shape[-1] // hop)
+    sums = x.new_empty((x.shape[0], p.C, p.M, nblk), dtype=torch.float64)
+    return sums, [torch.empty_like(s) for s in state]
+
+
+def king_pooled(
+    plan: Any, x: Tensor, state: KernelState | None, hop: int, ends: list[int], square: bool
+) -> tuple[Tensor, KernelState]:
+    """Operator ``lhotse_amt::king_pooled``: as :func:`casp_pooled` for the King2019 chain;
+    sums ``(B, C, M, ceil(T / hop))``."""
+    if state is None:
+        _, st = _king.king_pooled(plan, x[:, :0], None, hop, [0] * x.shape[0], square)
+        state = KernelState.from_arrays(st)
+    sums, new = _king_pooled(x, plan_handle(plan), list(state.arrays), hop, ends, square)
+    return sums, state.replace(new)
+
+
+@torch.library.custom_op(f"{_LIB}::king_samples_", mutates_args=("out",), device_types="cpu")
+def _king_samples(x: Tensor, out: Tensor, plan: int, pi_bands: list[int]) -> None:
+    _king.king_samples(_plan(plan), x, out, pi_bands)
+
+
+@_king_samples.register_fake
+def _(x: Tensor, out: Tensor, plan: int, pi_bands: list[int]) -> None:
+    return None
+
+
+def king_samples(plan: Any, x: Tensor, out: Tensor, pi_bands: list[int]) -> None:
+    """Operator ``lhotse_amt::king_samples_``: the fused King2019 chain on ``x (B, T)``
+    from rest into ``out (B, C, M, T)``; ``pi_bands`` become rms-matched Hilbert
+    envelopes (see :func:`lhotse_amt.kernels.king2019.king_samples`)."""
+    _king_samples(x, out, plan_handle(plan), list(pi_bands))
+
+
+# --------------------------------------------------------------------------------------
+# modulation filterbank pooled over held frames (Paulick2024), held pooling
+# --------------------------------------------------------------------------------------
+
+
+def modulation_pooled_supported(mod: torch.nn.Module) -> bool:
+    """Whether the pooled modulation-filterbank kernel runs ``mod`` (one-pole ``efilt``
+    bands, the register kernels enabled)."""
+    return bool(_modbank.ENABLED) and mod.poles.shape[-1] == 1 and mod.poles.shape[-2] > 1
+
+
+@torch.library.custom_op(f"{_LIB}::modulation_pooled", mutates_args=(), device_types="cpu")
+def _modulation_pooled(
+    x: Tensor,
+    lp_sos: Tensor,
+    prefilter_sos: Tensor | None,
+    pole: Tensor,
+    gain: Tensor,
+    use_abs: Tensor,
+    scale: Tensor,
+    state: list[Tensor],
+    starts: Tensor,
+    stops: Tensor,
+    counts: Tensor,
+    R: int,
+    rms: bool,
+) -> tuple[Tensor, list[Tensor]]:
+    keys = ("lp", "bp", "pre")[: len(state)]
+    out, new = _modbank.modulation_bank_pooled(
+        x, lp_sos, prefilter_sos, pole, gain, use_abs, scale, dict(zip(keys, state)) or None,
+        starts.numpy(), stops.numpy(), counts.numpy(), R, rms,
+    )  # fmt: skip
+    return torch.from_numpy(out), [new[k] for k in ("lp", "bp", "pre") if k in new]
+
+
+@_modulation_pooled.register_fake
+def _(
+    x: Tensor,
+    lp_sos: Tensor,
+    prefilter_sos: Tensor | None,
+    pole: Tensor,
+    gain: Tensor,
+    use_abs: Tensor,
+    scale: Tensor,
+    state: list[Tensor],
+    starts: Tensor,
+    stops: Tensor,
+    counts: Tensor,
+    R: int,
+    rms: bool,
+) -> tuple[Tensor, list[Tensor]]:
+    lead, C = x.shape[:-2], x.shape[-2]
+    out = x.new_empty((*lead, C, pole.shape[-1] + 1, starts.shape[-1]), dtype=torch.float64)
+    if state:
+        return out, [torch.empty_like(s) for s in state]
+    cdt = torch.complex128 if x.dtype == torch.float64 else torch.complex64
+    new = [
+        x.new_empty((*lead, C, lp_sos.shape[-2], 2)),
+        x.new_empty((*lead, C, pole.shape[-1], 1), dtype=cdt),
+    ]
+    if prefilter_sos is not None:
+        new.append(x.new_empty((*lead, C, prefilter_sos.shape[-2], 2)))
+    return out, new
+
+
+def modulation_pooled(
+    x: Tensor,
+    mod: torch.nn.Module,
+    state: dict[str, Tensor] | None,
+    starts: np.ndarray,
+    stops: np.ndarray,
+    counts: np.ndarray,
+    R: int,
+    rms: bool,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Operator ``lhotse_amt::modulation_pooled``: the modulation filterbank ``mod`` on
+    ``x (B, C, T)`` and the frame means (rms if ``rms``) of its output held over ``R``
+    input samples per sample; row ``b`` has ``counts[b]`` frames, frame ``f`` covering
+    held samples ``[starts[b, f], stops[b, f])``. Returns ``(B, C, M + 1, F)`` float64
+    and the filterbank's new state (keys ``lp``, ``bp``, ``pre``, as the unfused bank)."""
+    st = [] if not state else [state[k] for k in ("lp", "bp", "pre") if k in state]
+    out, new = _modulation_pooled(
+        x, mod.lp_sos, mod.prefilter_sos, mod.poles[:, 1:, 0], mod.gains[:, 1:, 0],
+        mod.use_abs[:, 1:], mod.scale, st,
+        torch.from_numpy(np.ascontiguousarray(starts, np.int64)),
+        torch.from_numpy(np.ascontiguousarray(stops, np.int64)),
+        torch.from_numpy(np.ascontiguousarray(counts, np.int64)), int(R), bool(rms),
+    )  # fmt: skip
+    return out, dict(zip(("lp", "bp", "pre"), new))
+
+
+@torch.library.custom_op(f"{_LIB}::pool_held", mutates_args=(), device_types="cpu")
+def _pool_held(y: Tensor, cols: Tensor, starts: Tensor, stops: Tensor, R: int, rms: bool) -> Tensor:
+    return _paulick.pool_held(y, cols.numpy(), starts.numpy(), stops.numpy(), R, rms)
+
+
+@_pool_held.register_fake
+def _(y: Tensor, cols: Tensor, starts: Tensor, stops: Tensor, R: int, rms: bool) -> Tensor:
+    return y.new_empty((cols.shape[0], starts.shape[0]))
+
+
+def pool_held(
+    y: Tensor, cols: np.ndarray | None, starts: np.ndarray, stops: np.ndarray, R: int, rms: bool
+) -> Tensor:
+    """Operator ``lhotse_amt::pool_held``: frame means (rms if ``rms``) of ``y (D, M)``
+    held over ``R`` input samples per sample, rows ``cols`` (``None``: all), frame ``f``
+    over input samples ``[starts[f], stops[f])``: :func:`frame_mean` of the held signal
+    (``y`` repeated ``R`` times along time), without building it. ``(len(cols), F)`` in
+    the dtype of ``y``. The operator is registered for the CPU; ``y`` on another device is
+    pooled on the CPU and the frames moved back (frame-rate data, no sample-rate copy
+    beyond ``y``)."""
+    c = np.arange(y.shape[0]) if cols is None else np.asarray(cols, np.int64)
+    out = _pool_held(
+        y.cpu(),
+        torch.from_numpy(np.ascontiguousarray(c, np.int64)),
+        torch.from_numpy(np.ascontiguousarray(starts, np.int64)),
+        torch.from_numpy(np.ascontiguousarray(stops, np.int64)),
+        int(R),
+        bool(rms),
+    )
+    return out.to(y.device)
