@@ -11,7 +11,16 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .._validation import check_number
+from .._validation import (
+    check_bool,
+    check_choice,
+    check_dtype,
+    check_int,
+    check_kwargs,
+    check_number,
+    check_rate,
+    check_str,
+)
 from ..functional import loudness as L
 from ..modules.loudness import (
     ExcitationPattern,
@@ -63,14 +72,39 @@ class LoudnessModelBase(nn.Module):
     _input_dims: tuple[int, int] = (1, 2)
 
     def _init_common(
-        self, fs: float, learnable: bool, return_stages: bool, dtype: torch.dtype, backend: str
-    ) -> None:
+        self,
+        fs: float,
+        learnable: bool,
+        return_stages: bool,
+        dtype: torch.dtype,
+        preset: str,
+        presets: dict[str, dict[str, Any]],
+        chunk_frames: int,
+        backend: str,
+        stage_kwargs: dict[str, dict[str, Any] | None],
+    ) -> dict[str, Any]:
+        """Check and store the settings every loudness model has; returns the preset's dict."""
+        check_rate("fs", fs, integral=True)
+        check_bool("learnable", learnable)
+        check_bool("return_stages", return_stages)
+        check_dtype("dtype", dtype)
+        check_str("preset", preset)
+        for k, v in stage_kwargs.items():
+            check_kwargs(k, v)
+        self.chunk_frames = check_int("chunk_frames", chunk_frames, min=1)
+        check_choice("backend", backend, ("auto", "torch", "fast"))
+        if preset not in presets:
+            raise ValueError(f"unknown preset {preset!r}; choose from {list(presets)}")
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         self.fs = float(fs)
         self.learnable = learnable
         self.return_stages = return_stages
         self.dtype = dtype
+        self.preset = preset
         self.backend = backend
         self._fast: Any = None
+        return dict(presets[preset])
 
     def _set_channels(self, cams: np.ndarray) -> None:
         """Channel centres at ERB-numbers ``cams`` (Cam)."""

@@ -12,13 +12,8 @@ from .._validation import (
     check_band,
     check_bool,
     check_choice,
-    check_dtype,
-    check_int,
-    check_kwargs,
     check_number,
     check_positive_finite,
-    check_rate,
-    check_str,
 )
 from ..functional import loudness as L
 from ..modules.loudness import (
@@ -133,28 +128,23 @@ class Glasberg2002(LoudnessModelBase):
         backend: str = "auto",
     ) -> None:
         super().__init__()
-        check_rate("fs", fs, integral=True)
-        check_bool("learnable", learnable)
-        check_bool("return_stages", return_stages)
-        check_dtype("dtype", dtype)
-        check_str("preset", preset)
-        for k, v in dict(
-            multi_fft_kwargs=multi_fft_kwargs,
-            erb_kwargs=erb_kwargs,
-            excitation_kwargs=excitation_kwargs,
-            specific_loudness_kwargs=specific_loudness_kwargs,
-            loudness_integration_kwargs=loudness_integration_kwargs,
-        ).items():
-            check_kwargs(k, v)
-        self.chunk_frames = check_int("chunk_frames", chunk_frames, min=1)
-        check_choice("backend", backend, ("auto", "torch", "fast"))
-        if preset not in GLASBERG2002_PRESETS:
-            raise ValueError(f"unknown preset {preset!r}; choose from {list(GLASBERG2002_PRESETS)}")
-        if dtype not in (torch.float32, torch.float64):
-            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
-        cfg = dict(GLASBERG2002_PRESETS[preset])
-        self._init_common(fs, learnable, return_stages, dtype, backend)
-        self.preset = preset
+        cfg = self._init_common(
+            fs,
+            learnable,
+            return_stages,
+            dtype,
+            preset,
+            GLASBERG2002_PRESETS,
+            chunk_frames,
+            backend,
+            dict(
+                multi_fft_kwargs=multi_fft_kwargs,
+                erb_kwargs=erb_kwargs,
+                excitation_kwargs=excitation_kwargs,
+                specific_loudness_kwargs=specific_loudness_kwargs,
+                loudness_integration_kwargs=loudness_integration_kwargs,
+            ),
+        )
 
         mfk = dict(multi_fft_kwargs or {})
         floor = check_number("multi_fft_kwargs['floor']", mfk.pop("floor", 1e-4), min=0.0)

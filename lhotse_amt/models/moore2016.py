@@ -12,12 +12,7 @@ from .._validation import (
     check_band,
     check_bool,
     check_choice,
-    check_dtype,
-    check_int,
-    check_kwargs,
     check_positive_finite,
-    check_rate,
-    check_str,
 )
 from ..functional import loudness as L
 from ..modules.loudness import (
@@ -134,30 +129,25 @@ class Moore2016(LoudnessModelBase):
         backend: str = "auto",
     ) -> None:
         super().__init__()
-        check_rate("fs", fs, integral=True)
-        check_bool("learnable", learnable)
-        check_bool("return_stages", return_stages)
-        check_dtype("dtype", dtype)
-        check_str("preset", preset)
-        for k, v in dict(
-            outer_middle_ear_kwargs=outer_middle_ear_kwargs,
-            spectrum_kwargs=spectrum_kwargs,
-            excitation_kwargs=excitation_kwargs,
-            specific_loudness_kwargs=specific_loudness_kwargs,
-            temporal_integration_kwargs=temporal_integration_kwargs,
-            binaural_loudness_kwargs=binaural_loudness_kwargs,
-            ltl_agc_kwargs=ltl_agc_kwargs,
-        ).items():
-            check_kwargs(k, v)
-        self.chunk_frames = check_int("chunk_frames", chunk_frames, min=1)
-        check_choice("backend", backend, ("auto", "torch", "fast"))
-        if preset not in MOORE2016_PRESETS:
-            raise ValueError(f"unknown preset {preset!r}; choose from {list(MOORE2016_PRESETS)}")
-        if dtype not in (torch.float32, torch.float64):
-            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
-        cfg = dict(MOORE2016_PRESETS[preset])
-        self._init_common(fs, learnable, return_stages, dtype, backend)
-        self.preset = preset
+        cfg = self._init_common(
+            fs,
+            learnable,
+            return_stages,
+            dtype,
+            preset,
+            MOORE2016_PRESETS,
+            chunk_frames,
+            backend,
+            dict(
+                outer_middle_ear_kwargs=outer_middle_ear_kwargs,
+                spectrum_kwargs=spectrum_kwargs,
+                excitation_kwargs=excitation_kwargs,
+                specific_loudness_kwargs=specific_loudness_kwargs,
+                temporal_integration_kwargs=temporal_integration_kwargs,
+                binaural_loudness_kwargs=binaural_loudness_kwargs,
+                ltl_agc_kwargs=ltl_agc_kwargs,
+            ),
+        )
 
         ome = dict(outer_middle_ear_kwargs or {})
         taps = ome.pop("taps", None)
