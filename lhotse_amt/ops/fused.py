@@ -74,6 +74,16 @@ def _plan(handle: int) -> Any:
         raise ValueError(f"no live fused-kernel plan with handle {handle}") from None
 
 
+def _state_keys(table: dict[int, tuple[str, ...]], state: list[Tensor]) -> tuple[str, ...]:
+    """The names of a kernel's state arrays, from their number."""
+    try:
+        return table[len(state)]
+    except KeyError:
+        raise ValueError(
+            f"a fused-kernel state has {sorted(table)} arrays, got {len(state)}"
+        ) from None
+
+
 @dataclass(frozen=True)
 class KernelState:
     """Streaming state of a fused kernel between chunks: named arrays in the kernel's own
@@ -123,9 +133,10 @@ def casp_plan(model: torch.nn.Module, precise: bool) -> Any:
 def _casp_pooled(
     x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
 ) -> tuple[Tensor, list[Tensor]]:
-    keys = _CASP_KEYS[len(state)]
+    p = _plan(plan)
+    keys = _state_keys(_CASP_KEYS, state)
     sums, new = _casp.casp_pooled(
-        _plan(plan), x, dict(zip(keys, (s.numpy() for s in state))), hop, ends, square
+        p, x, dict(zip(keys, (s.numpy() for s in state))), hop, ends, square
     )
     return sums.contiguous(), [torch.from_numpy(new[k]) for k in keys]
 
@@ -194,9 +205,10 @@ _KING_KEYS = {5: ("gre", "gim", "ihc", "post", "bank"), 1: ("front",)}
 def _king_pooled(
     x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
 ) -> tuple[Tensor, list[Tensor]]:
-    keys = _KING_KEYS[len(state)]
+    p = _plan(plan)
+    keys = _state_keys(_KING_KEYS, state)
     sums, new = _king.king_pooled(
-        _plan(plan), x, dict(zip(keys, (s.numpy() for s in state))), hop, ends, square
+        p, x, dict(zip(keys, (s.numpy() for s in state))), hop, ends, square
     )
     return sums.contiguous(), [torch.from_numpy(new[k]) for k in keys]
 
