@@ -61,6 +61,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 import lhotse_amt  # noqa: E402
+from lhotse_amt.functional.framing import frame_mean  # noqa: E402
 from lhotse_amt.pipeline import extract_cuts  # noqa: E402
 
 log = logging.getLogger("asr")
@@ -658,11 +659,7 @@ class AuditoryFrontEnd(torch.nn.Module):
         B, C, M, T = y.shape
         y = y.reshape(B, C * M, T).index_select(1, self.cols)
         nf = -(-T // self.hop)
-        y = torch.nn.functional.pad(y, (0, nf * self.hop - T))
-        valid = torch.arange(nf * self.hop, device=y.device)[None] < lengths[:, None]
-        valid = valid.to(y.dtype).reshape(B, 1, nf, self.hop)
-        s = (y.reshape(B, -1, nf, self.hop) * valid).sum(-1)
-        f = s / valid.sum(-1).clamp(min=1.0)
+        f = frame_mean(y, self.hop, nf, lengths)  # the extractors' frame definition
         return f.transpose(1, 2), self.num_frames(lengths).clamp(min=1, max=nf)
 
 
