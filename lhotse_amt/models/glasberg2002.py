@@ -79,7 +79,8 @@ class Glasberg2002(LoudnessModelBase):
         multi_fft_kwargs: ``{"floor": 1e-4}``: spectral components weaker than this intensity
             (re (20 µPa)², i.e. -40 dB SPL, far below the excitation at threshold, 3.6 dB) are
             ignored (speed; changes STL/LTL of the reference stimuli by < 1e-4 relative).
-        erb_kwargs / excitation_kwargs: ``{"erb_lower", "erb_upper", "erb_step"}`` (Cam) and
+        erb_kwargs / excitation_kwargs: ``{"erb_lower", "erb_upper", "erb_step"}`` (Cam; or the
+            band edges in Hz as ``"f_min"``/``"f_max"``, converted to Cam) and
             ``"lower_slope_level"``: ``"component"`` (default: level per ERB at each component,
             the reference implementation), ``"channel"`` (at the channel centres) or
             ``"cambridge"`` (the Cambridge 2016 rule).
@@ -152,6 +153,12 @@ class Glasberg2002(LoudnessModelBase):
 
         ek = dict(erb_kwargs or {})
         ek.update(excitation_kwargs or {})
+        for cam_key, hz_key in (("erb_lower", "f_min"), ("erb_upper", "f_max")):
+            if hz_key in ek:  # the band edge in Hz instead of Cam
+                if cam_key in ek:
+                    raise ValueError(f"give {cam_key!r} (Cam) or {hz_key!r} (Hz), not both")
+                hz = check_positive_finite(f"erb_kwargs[{hz_key!r}]", ek.pop(hz_key))
+                ek[cam_key] = float(L.hz_to_cam(hz))
         lo, hi = check_band(
             ek.pop("erb_lower", cfg["erb_lower"]),
             ek.pop("erb_upper", cfg["erb_upper"]),
@@ -341,10 +348,10 @@ class Glasberg2002(LoudnessModelBase):
             spec = self.loudness_integration.stl_agc(spec, -2)
         return {"specific_loudness": spec, "stl": st["stl"], "ltl": st["ltl"]}
 
-    def forward(self, x: Tensor) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
+    def forward(self, audio: Tensor) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """Long-term loudness ``(B, F)`` (sone) of pressure ``(B, T)`` or ``(T,)`` (Pa); with
         ``return_stages=True`` ``(ltl, stages)`` (:meth:`compute` with the spectrum)."""
-        st = self.compute(x, with_spectrum=self.return_stages)
+        st = self.compute(audio, with_spectrum=self.return_stages)
         if self.return_stages:
             return st["ltl"], st
         return st["ltl"]

@@ -374,12 +374,12 @@ class Moore2016(LoudnessModelBase):
         return {"specific_loudness": spec, "stl": st["stl"], "ltl": st["ltl"]}
 
     def forward(
-        self, x: Tensor
+        self, audio: Tensor
     ) -> tuple[Tensor, Tensor, Tensor] | tuple[tuple[Tensor, Tensor, Tensor], dict[str, Tensor]]:
         """``(stl, ltl, max_ltl)`` of pressure ``(B, 2, T)`` or ``(2, T)`` (Pa); with
         ``return_stages=True`` ``((stl, ltl, max_ltl), stages)`` (:meth:`compute` with the
         spectrum)."""
-        st = self.compute(x, with_spectrum=self.return_stages)
+        st = self.compute(audio, with_spectrum=self.return_stages)
         res = (st["stl"], st["ltl"], st["max_ltl"])
         if self.return_stages:
             return res, st

@@ -7,6 +7,7 @@ import inspect
 import pytest
 import torch
 
+from lhotse_amt.functional.loudness import hz_to_cam
 from lhotse_amt.models.glasberg2002 import Glasberg2002
 from lhotse_amt.models.moore2016 import Moore2016
 from lhotse_amt.modules import loudness as M
@@ -171,3 +172,15 @@ def test_methods(cls):
     prm = model.get_parameters()
     assert prm["fs"] == 32000 and prm["learnable"] and not prm["return_stages"]
     assert "fs=32000" in model.extra_repr()
+
+
+def test_glasberg2002_band_edges_in_hz():
+    model = Glasberg2002(erb_kwargs={"f_min": 80.0, "f_max": 12000.0, "erb_step": 0.5})
+    fc = model.get_erb_frequencies()
+    assert float(fc[0]) == pytest.approx(80.0) and float(fc[-1]) <= 12000.0
+    span = float(hz_to_cam(12000.0) - hz_to_cam(80.0))
+    assert model.erb_integration.n_erb_bands == len(fc) == int(span / 0.5) + 1
+    with pytest.raises(ValueError, match="not both"):
+        Glasberg2002(erb_kwargs={"f_min": 80.0, "erb_lower": 2.0})
+    with pytest.raises(ValueError, match="f_max"):
+        Glasberg2002(erb_kwargs={"f_max": -1.0})
