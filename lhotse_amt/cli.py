@@ -363,6 +363,7 @@ package. This is Lhotse's own command line with the amt-* extractors registered 
 Examples:
   lhotse-amt amt demo amt_demo           every model on a built-in example (features, PNGs)
   lhotse-amt amt list                    the extractors, their rates and dimensions
+  lhotse-amt amt warmup                  compile the models' kernels ahead of time
   lhotse-amt feat write-default-config -f amt-dau1997 dau.yaml
   lhotse-amt feat extract-cuts -f dau.yaml cuts.jsonl.gz out.jsonl.gz feats/   (resumable)
   lhotse-amt amt plot out.jsonl.gz dau.png
