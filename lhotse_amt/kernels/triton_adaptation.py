@@ -15,24 +15,9 @@ from __future__ import annotations
 
 import torch
 
+from . import triton_common as tc
 from .autodiff import CHECKPOINT_BLOCK, checkpoint_blocks
-from .triton_common import (
-    BLOCK_ROWS,
-    HAVE_TRITON,
-    backward_outputs,
-    check_ck,
-    copy_states,
-    dense,
-    f64,
-    forward_outputs,
-    grid,
-    i64,
-    load_plane,
-    padded,
-    row_block,
-    scratch,
-    store_plane,
-)
+from .triton_common import HAVE_TRITON, copy_states, load_plane, row_block, store_plane
 
 if HAVE_TRITON:
     import triton
@@ -196,18 +181,18 @@ def adaptation_forward(
     use_limit: bool,
     zi: torch.Tensor,
     keep: bool,
-    block: int = BLOCK_ROWS,
+    block: int = tc.BLOCK_ROWS,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Triton version of :func:`lhotse_amt.kernels.autodiff.adaptation_forward`: the raw
     loop output ``v (R, T)``, the final states ``(R, J)`` and (``keep``) the checkpoints
     ``(R, checkpoint_blocks(T), J)`` float64 (else ``(R, 0, J)``)."""
     J = zi.shape[1]
     nb = checkpoint_blocks(x.shape[1]) if keep else 0
-    R, T, y, zf, ck = forward_outputs(x, xrow, zi, (nb, J))
+    R, T, y, zf, ck = tc.forward_outputs(x, xrow, zi, (nb, J))
     if R > 0 and T > 0:
-        _adapt_fwd_kernel[grid(R, block)](
-            dense(x), i64(xrow), f64(a), f64(m), i64(crow), zf, y, ck,
-            scratch(2, _CK, R, block, x.device), R, padded(R, block), T, J, float(minlvl),
+        _adapt_fwd_kernel[tc.grid(R, block)](
+            tc.dense(x), tc.i64(xrow), tc.f64(a), tc.f64(m), tc.i64(crow), zf, y, ck,
+            tc.scratch(2, _CK, R, block, x.device), R, tc.padded(R, block), T, J, float(minlvl),
             USE_LIMIT=bool(use_limit), KEEP=bool(keep), CK=_CK, BLOCK=block, num_warps=1,
         )  # fmt: skip
     return y, zf.to(zi.dtype), ck
@@ -227,23 +212,24 @@ def adaptation_backward(
     ck: torch.Tensor,
     want_x: bool,
     want_c: bool,
-    block: int = BLOCK_ROWS,
+    block: int = tc.BLOCK_ROWS,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Triton version of :func:`lhotse_amt.kernels.autodiff.adaptation_backward`: per-row
     ``gx (R, T)``, ``ga (R, J)``, ``gm (R, J)``, ``gzi (R, J)``."""
-    R, T, gx, gzi = backward_outputs(gy, gzf, x, want_x)
+    R, T, gx, gzi = tc.backward_outputs(gy, gzf, x, want_x)
     J = zi.shape[1]
     dev = x.device
     ga = torch.zeros((R, J), dtype=torch.float64, device=dev)
     gm = torch.zeros((R, J), dtype=torch.float64, device=dev)
     if R > 0 and T > 0:
-        ck = check_ck(ck, (R, checkpoint_blocks(T), J))
+        ck = tc.check_ck(ck, (R, checkpoint_blocks(T), J))
         planes = 3 + (5 if use_limit else 3) * J
         z = torch.empty((R, J), dtype=torch.float64, device=dev)
-        _adapt_bwd_kernel[grid(R, block)](
-            dense(gy), dense(x), i64(xrow), f64(a), f64(m), i64(crow), ck, z, gzi, gx, ga, gm,
-            scratch(planes, _CK, R, block, dev), R, padded(R, block), T, J, float(minlvl),
-            USE_LIMIT=bool(use_limit), WANT_X=bool(want_x), CK=_CK, BLOCK=block, num_warps=1,
+        _adapt_bwd_kernel[tc.grid(R, block)](
+            tc.dense(gy), tc.dense(x), tc.i64(xrow), tc.f64(a), tc.f64(m), tc.i64(crow), ck, z, gzi,
+            gx, ga, gm, tc.scratch(planes, _CK, R, block, dev), R, tc.padded(R, block), T, J,
+            float(minlvl), USE_LIMIT=bool(use_limit), WANT_X=bool(want_x), CK=_CK, BLOCK=block,
+            num_warps=1,
         )  # fmt: skip
     if not want_c:
         ga.zero_()

@@ -19,21 +19,9 @@ from __future__ import annotations
 
 import torch
 
+from . import triton_common as tc
 from .ihc_paulick_grad import CHECKPOINT_BLOCK, IHC_STEP_KEYS, checkpoint_blocks
-from .triton_common import (
-    BLOCK_ROWS,
-    HAVE_TRITON,
-    backward_outputs,
-    check_ck,
-    dense,
-    f64,
-    forward_outputs,
-    grid,
-    i64,
-    padded,
-    row_block,
-    scratch,
-)
+from .triton_common import HAVE_TRITON, row_block
 
 if HAVE_TRITON:
     import triton
@@ -215,17 +203,17 @@ def ihc_paulick_forward(
     crow: torch.Tensor,
     zi: torch.Tensor,
     keep: bool = True,
-    block: int = BLOCK_ROWS,
+    block: int = tc.BLOCK_ROWS,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Triton version of :func:`lhotse_amt.kernels.ihc_paulick_grad.ihc_forward`:
     ``W (R, T)`` in ``x``'s dtype (volts re ``V_pre``), the final states ``(R,)`` in
     ``zi``'s dtype and (``keep``) the checkpoints ``(R, checkpoint_blocks(T))`` float64."""
     T = x.shape[1]
-    R, T, y, zf, ck = forward_outputs(x, xrow, zi, (checkpoint_blocks(T) if keep else 0,))
+    R, T, y, zf, ck = tc.forward_outputs(x, xrow, zi, (checkpoint_blocks(T) if keep else 0,))
     if R > 0 and T > 0:
-        _ihc_fwd_kernel[grid(R, block)](
-            dense(x), i64(xrow), f64(c), i64(crow), zf, y, ck, R, T,
-            KEEP=bool(keep), CK=_CK, BLOCK=block, num_warps=1,
+        _ihc_fwd_kernel[tc.grid(R, block)](
+            tc.dense(x), tc.i64(xrow), tc.f64(c), tc.i64(crow), zf, y, ck, R, T, KEEP=bool(keep),
+            CK=_CK, BLOCK=block, num_warps=1,
         )  # fmt: skip
     return y, zf.to(zi.dtype), ck
 
@@ -241,18 +229,18 @@ def ihc_paulick_backward(
     ck: torch.Tensor,
     want_x: bool,
     want_c: bool,
-    block: int = BLOCK_ROWS,
+    block: int = tc.BLOCK_ROWS,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Triton version of :func:`lhotse_amt.kernels.ihc_paulick_grad.ihc_backward`: per-row
     ``gx (R, T)`` (``(R, 0)`` unless ``want_x``), ``gc (R, 12)`` (zeros unless
     ``want_c``) and ``gzi (R,)`` float64 from the forward's checkpoints ``ck``."""
-    R, T, gx, gzi = backward_outputs(gy, gzf, x, want_x)
+    R, T, gx, gzi = tc.backward_outputs(gy, gzf, x, want_x)
     gc = torch.zeros((R, _NC), dtype=torch.float64, device=x.device)
     if R > 0 and T > 0:
-        ck = check_ck(ck, (R, checkpoint_blocks(T)))
-        _ihc_bwd_kernel[grid(R, block)](
-            dense(gy), dense(x), i64(xrow), f64(c), i64(crow), ck, gzi, gx, gc,
-            scratch(4, _CK, R, block, x.device), R, padded(R, block), T,
-            WANT_X=bool(want_x), WANT_C=bool(want_c), CK=_CK, BLOCK=block, num_warps=1,
+        ck = tc.check_ck(ck, (R, checkpoint_blocks(T)))
+        _ihc_bwd_kernel[tc.grid(R, block)](
+            tc.dense(gy), tc.dense(x), tc.i64(xrow), tc.f64(c), tc.i64(crow), ck, gzi, gx, gc,
+            tc.scratch(4, _CK, R, block, x.device), R, tc.padded(R, block), T, WANT_X=bool(want_x),
+            WANT_C=bool(want_c), CK=_CK, BLOCK=block, num_warps=1,
         )  # fmt: skip
     return gx, gc, gzi

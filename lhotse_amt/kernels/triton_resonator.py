@@ -16,25 +16,9 @@ from __future__ import annotations
 
 import torch
 
+from . import triton_common as tc
 from .autodiff import CHECKPOINT_BLOCK, checkpoint_blocks
-from .triton_common import (
-    BLOCK_ROWS,
-    HAVE_TRITON,
-    backward_outputs,
-    check_ck,
-    copy_states,
-    dense,
-    f64,
-    forward_outputs,
-    grid,
-    i32,
-    i64,
-    load_plane,
-    padded,
-    row_block,
-    scratch,
-    store_plane,
-)
+from .triton_common import HAVE_TRITON, copy_states, load_plane, row_block, store_plane
 
 if HAVE_TRITON:
     import triton
@@ -210,18 +194,18 @@ def resonator_forward(
     mode: torch.Tensor,
     crow: torch.Tensor,
     zi: torch.Tensor,
-    block: int = BLOCK_ROWS,
+    block: int = tc.BLOCK_ROWS,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Triton version of :func:`lhotse_amt.kernels.autodiff.resonator_forward`:
     ``y (R, T)``, ``zf (R, K, 2)`` and the checkpoints ``(R, checkpoint_blocks(T), K, 2)``
     float64."""
     K = zi.shape[1]
-    R, T, y, zf, ck = forward_outputs(x, xrow, zi, (checkpoint_blocks(x.shape[1]), K, 2))
+    R, T, y, zf, ck = tc.forward_outputs(x, xrow, zi, (checkpoint_blocks(x.shape[1]), K, 2))
     if R > 0 and T > 0:
-        _res_fwd_kernel[grid(R, block)](
-            dense(x), i64(xrow), f64(pole), f64(gain), i32(mode), i64(crow), zf, y, ck,
-            scratch(4, _CK, R, block, x.device), R, padded(R, block), T, K,
-            CK=_CK, BLOCK=block, num_warps=1,
+        _res_fwd_kernel[tc.grid(R, block)](
+            tc.dense(x), tc.i64(xrow), tc.f64(pole), tc.f64(gain), tc.i32(mode), tc.i64(crow), zf,
+            y, ck, tc.scratch(4, _CK, R, block, x.device), R, tc.padded(R, block), T, K, CK=_CK,
+            BLOCK=block, num_warps=1,
         )  # fmt: skip
     return y, zf.to(zi.dtype), ck
 
@@ -239,22 +223,23 @@ def resonator_backward(
     ck: torch.Tensor,
     want_x: bool,
     want_c: bool,
-    block: int = BLOCK_ROWS,
+    block: int = tc.BLOCK_ROWS,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Triton version of :func:`lhotse_amt.kernels.autodiff.resonator_backward`: per-row
     ``gx (R, T)``, ``gpole (R, 2)``, ``ggain (R, 2)``, ``gzi (R, K, 2)`` (complex
     gradients as PyTorch defines them: ``dL/dRe + i dL/dIm``)."""
-    R, T, gx, gzi = backward_outputs(gy, gzf, x, want_x)
+    R, T, gx, gzi = tc.backward_outputs(gy, gzf, x, want_x)
     K = zi.shape[1]
     dev = x.device
     gp = torch.zeros((R, 2), dtype=torch.float64, device=dev)
     gg = torch.zeros((R, 2), dtype=torch.float64, device=dev)
     if R > 0 and T > 0:
-        ck = check_ck(ck, (R, checkpoint_blocks(T), K, 2))
+        ck = tc.check_ck(ck, (R, checkpoint_blocks(T), K, 2))
         z = torch.empty((R, K, 2), dtype=torch.float64, device=dev)
-        _res_bwd_kernel[grid(R, block)](
-            dense(gy), dense(x), i64(xrow), f64(pole), f64(gain), i32(mode), i64(crow), ck, z,
-            gzi, gx, gp, gg, scratch(2 * K + 6, _CK, R, block, dev), R, padded(R, block), T, K,
-            WANT_X=bool(want_x), WANT_C=bool(want_c), CK=_CK, BLOCK=block, num_warps=1,
+        _res_bwd_kernel[tc.grid(R, block)](
+            tc.dense(gy), tc.dense(x), tc.i64(xrow), tc.f64(pole), tc.f64(gain), tc.i32(mode),
+            tc.i64(crow), ck, z, gzi, gx, gp, gg, tc.scratch(2 * K + 6, _CK, R, block, dev), R,
+            tc.padded(R, block), T, K, WANT_X=bool(want_x), WANT_C=bool(want_c), CK=_CK,
+            BLOCK=block, num_warps=1,
         )  # fmt: skip
     return gx, gp, gg, gzi

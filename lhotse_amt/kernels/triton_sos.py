@@ -15,24 +15,9 @@ from __future__ import annotations
 
 import torch
 
+from . import triton_common as tc
 from .autodiff import CHECKPOINT_BLOCK, checkpoint_blocks
-from .triton_common import (
-    BLOCK_ROWS,
-    HAVE_TRITON,
-    backward_outputs,
-    check_ck,
-    copy_states,
-    dense,
-    f64,
-    forward_outputs,
-    grid,
-    i64,
-    load_plane,
-    padded,
-    row_block,
-    scratch,
-    store_plane,
-)
+from .triton_common import HAVE_TRITON, copy_states, load_plane, row_block, store_plane
 
 if HAVE_TRITON:
     import triton
@@ -161,18 +146,18 @@ def sos_forward(
     sos: torch.Tensor,
     crow: torch.Tensor,
     zi: torch.Tensor,
-    block: int = BLOCK_ROWS,
+    block: int = tc.BLOCK_ROWS,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Triton version of :func:`lhotse_amt.kernels.autodiff.sos_forward`: ``y (R, T)`` in
     ``x``'s dtype, ``zf (R, S, 2)`` in ``zi``'s and the checkpoints
     ``(R, checkpoint_blocks(T), S, 2)`` float64."""
     S = sos.shape[1]
-    R, T, y, zf, ck = forward_outputs(x, xrow, zi, (checkpoint_blocks(x.shape[1]), S, 2))
+    R, T, y, zf, ck = tc.forward_outputs(x, xrow, zi, (checkpoint_blocks(x.shape[1]), S, 2))
     if R > 0 and T > 0:
-        _sos_fwd_kernel[grid(R, block)](
-            dense(x), i64(xrow), f64(sos), i64(crow), zf, y, ck,
-            scratch(2, _CK, R, block, x.device), R, padded(R, block), T, S,
-            CK=_CK, BLOCK=block, num_warps=1,
+        _sos_fwd_kernel[tc.grid(R, block)](
+            tc.dense(x), tc.i64(xrow), tc.f64(sos), tc.i64(crow), zf, y, ck,
+            tc.scratch(2, _CK, R, block, x.device), R, tc.padded(R, block), T, S, CK=_CK,
+            BLOCK=block, num_warps=1,
         )  # fmt: skip
     return y, zf.to(zi.dtype), ck
 
@@ -188,21 +173,21 @@ def sos_backward(
     ck: torch.Tensor,
     want_x: bool,
     want_c: bool,
-    block: int = BLOCK_ROWS,
+    block: int = tc.BLOCK_ROWS,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Triton version of :func:`lhotse_amt.kernels.autodiff.sos_backward`: per-row
     ``gx (R, T)``, ``gsos (R, S, 6)`` and ``gzi (R, S, 2)``."""
-    R, T, gx, lam = backward_outputs(gy, gzf, x, want_x)
+    R, T, gx, lam = tc.backward_outputs(gy, gzf, x, want_x)
     S = sos.shape[1]
     dev = x.device
     gc = torch.zeros((R, S, 6), dtype=torch.float64, device=dev)
     if R > 0 and T > 0:
-        ck = check_ck(ck, (R, checkpoint_blocks(T), S, 2))
+        ck = tc.check_ck(ck, (R, checkpoint_blocks(T), S, 2))
         z = torch.empty((R, S, 2), dtype=torch.float64, device=dev)
-        _sos_bwd_kernel[grid(R, block)](
-            dense(gy), dense(x), i64(xrow), f64(sos), i64(crow), z, lam, gx, gc, ck,
-            scratch(S + 1, _CK, R, block, dev), scratch(1, _CK, R, block, dev), R,
-            padded(R, block), T, S, WANT_X=bool(want_x), CK=_CK, BLOCK=block, num_warps=1,
+        _sos_bwd_kernel[tc.grid(R, block)](
+            tc.dense(gy), tc.dense(x), tc.i64(xrow), tc.f64(sos), tc.i64(crow), z, lam, gx, gc, ck,
+            tc.scratch(S + 1, _CK, R, block, dev), tc.scratch(1, _CK, R, block, dev), R,
+            tc.padded(R, block), T, S, WANT_X=bool(want_x), CK=_CK, BLOCK=block, num_warps=1,
         )  # fmt: skip
     if not want_c:
         gc.zero_()
