@@ -318,7 +318,8 @@ def _ihc_kernel(x, p, w, y):  # pragma: no cover - compiled
             _ihc_step(v, p, wr)
             for k in range(C):
                 y[r, k, n] = v[k]
-        w[r] = wr
+        for k in range(C):  # (an element loop: array assignment compiles its error path)
+            w[r, k] = wr[k]
         restore_fp_mode(fp)
 
 

@@ -379,8 +379,10 @@ def _blocks_kernel(x, P, Z, hist, wd, y, j0, G, SL, S1, S2, J, K, R, FLAGS):  # 
         Pg = P[b0 : b0 + G]
         Zg = Z[r, b0 : b0 + G]
         buf = np.empty((H + _CHUNK, G, 8))
-        for g in range(G):
-            buf[:H, g] = hist[r, b0 + g]
+        for g in range(G):  # element loops: array assignment compiles a costly error path
+            for q in range(H):
+                for lane in range(8):
+                    buf[q, g, lane] = hist[r, b0 + g, q, lane]
         yb = np.empty((G, _CHUNK // R + 1, 8))  # one chunk's decimated outputs
         nxt = j0
         i = 0
@@ -406,7 +408,9 @@ def _blocks_kernel(x, P, Z, hist, wd, y, j0, G, SL, S1, S2, J, K, R, FLAGS):  # 
                     for lane in range(8):
                         buf[q, g, lane] = buf[tc + q, g, lane]
         for g in range(G):
-            hist[r, b0 + g] = buf[:H, g]
+            for q in range(H):
+                for lane in range(8):
+                    hist[r, b0 + g, q, lane] = buf[q, g, lane]
         restore_fp_mode(fp)
 
 

@@ -58,8 +58,11 @@ class IHCPaulick2024(nn.Module):
                 setattr(self, k, nn.Parameter(t))
             else:
                 self.register_buffer(k, t)
-        # validates fs (raises for too low rates)
-        ihc_paulick(torch.zeros(1, 1, dtype=torch.float64), self.fs, self.constants())
+        # validates fs (raises for too low rates); the plain-torch path: one sample needs no
+        # compiled kernel (compiling it would cost seconds at construction)
+        ihc_paulick(
+            torch.zeros(1, 1, dtype=torch.float64), self.fs, self.constants(), backend="torch"
+        )
 
     def constants(self) -> dict[str, Tensor]:
         """The 13 constants as a dict of 0-d tensors (SI units)."""
