@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lhotse_amt.functional import loudness as L
-from lhotse_amt.kernels.loudness_fused import TailConstants, specific_loudness_tail
+from lhotse_amt.kernels.loudness_fused import KeepRule, TailConstants, specific_loudness_tail
 from lhotse_amt.ops import loudness_fast as F
 
 
@@ -60,12 +60,12 @@ def test_kept_components_matches_torch_rules(dtype):
     rows[3] = 0.0  # empty frame
     rows[4, ::3] = 0.0
     rows[5] = 1e-5  # everything below the pruning floor's 1e-6 * 1000
-    for rule in (("prune", 1000.0), ("floor", 1e-4), ("floor", 0.0)):
+    for rule in (KeepRule(True, 1000.0), KeepRule(False, 1e-4), KeepRule(False, 0.0)):
         ik, anyk, col_kept, col_pruned = kept_components(rows.numpy(), rule)
-        if rule[0] == "prune":
-            keep = L.prune_components(rows, floor=rule[1])
+        if rule.prune:
+            keep = L.prune_components(rows, floor=rule.threshold)
         else:
-            keep = rows > rule[1]
+            keep = rows > rule.threshold
         ref = torch.where(keep, rows, torch.zeros_like(rows))
         assert np.array_equal(ik, ref.numpy())
         assert np.array_equal(anyk, keep.any(-1).numpy())

@@ -53,6 +53,7 @@ from .matmul import matmul
 
 __all__ = [
     "binaural_inhibition_apply",
+    "KeepRule",
     "kept_components",
     "power_into",
     "sliding_dft_power",
@@ -240,15 +241,22 @@ def _kept(rows, bits, prune, floor, rel, ik, anyk, col_kept, col_pruned):  # pra
         col_pruned[j] = pruned_n[j]
 
 
-def kept_components(
-    rows: np.ndarray, keep_rule: tuple[str, float]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Kept spectral components of each row (frame and ear) in one pass.
+@dataclass(frozen=True)
+class KeepRule:
+    """Which spectral components enter the excitation stage: with ``prune``, ``I > max(max_k I,
+    threshold) * 1e-6`` (:func:`lhotse_amt.functional.loudness.prune_components`, Cambridge/AMT
+    rule, ``threshold`` 1000); otherwise ``I > threshold``."""
 
-    ``keep_rule``: ``("prune", floor)``: kept if ``I > max(max_k I, floor) * 1e-6``
-    (:func:`lhotse_amt.functional.loudness.prune_components`, Cambridge/AMT rule);
-    ``("floor", x)``: kept if ``I > x``. Thresholds are computed in the dtype of ``rows``, as in
-    the torch reference.
+    prune: bool
+    threshold: float
+
+
+def kept_components(
+    rows: np.ndarray, keep_rule: KeepRule
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Kept spectral components of each row (frame and ear) in one pass, by ``keep_rule``.
+
+    Thresholds are computed in the dtype of ``rows``, as in the torch reference.
 
     Returns ``(ik, any_kept, col_kept, col_pruned)``: kept intensities ``(N, K)`` (0 where not
     kept), ``(N,)`` bool (row has a kept component), ``(K,)`` bool (component kept in some row)
@@ -261,13 +269,13 @@ def kept_components(
     anyk = np.empty(rows.shape[0], dtype=np.bool_)
     col_kept = np.empty(rows.shape[1], dtype=np.bool_)
     col_pruned = np.empty(rows.shape[1], dtype=np.int64)
-    if keep_rule[0] not in ("prune", "floor"):
-        raise ValueError(f"unknown keep rule {keep_rule[0]!r}")
+    if not isinstance(keep_rule, KeepRule):
+        raise TypeError(f"keep_rule must be a KeepRule, got {keep_rule!r}")
     _kept(
         rows,
         rows.view(np.int32 if rows.dtype == np.float32 else np.int64),
-        keep_rule[0] == "prune",
-        np.array([keep_rule[1]], dtype=dt),
+        bool(keep_rule.prune),
+        np.array([keep_rule.threshold], dtype=dt),
         np.array([1e-6], dtype=dt),
         ik,
         anyk,

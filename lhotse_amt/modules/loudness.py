@@ -21,7 +21,7 @@ from .._validation import check_bool, check_choice, check_number, check_positive
 from ..functional import loudness as L
 
 if TYPE_CHECKING:
-    from ..kernels.loudness_fused import TailConstants
+    from ..kernels.loudness_fused import KeepRule, TailConstants
 
 __all__ = [
     "OuterMiddleEarFilter",
@@ -125,9 +125,11 @@ class MultiResolutionSpectrum(nn.Module):
         ]
 
     @property
-    def keep_rule(self) -> tuple[str, float]:
-        """The component rule for the fast kernels: ``("prune", 1000.0)`` or ``("floor", x)``."""
-        return ("prune", 1000.0) if self.prune else ("floor", self.floor)
+    def keep_rule(self) -> KeepRule:
+        """The component rule for the fast kernels."""
+        from ..kernels.loudness_fused import KeepRule
+
+        return KeepRule(True, 1000.0) if self.prune else KeepRule(False, self.floor)
 
     def kept(self, intensity: Tensor) -> Tensor:
         """Boolean mask of the components entering the excitation stage, shape of ``intensity``."""

@@ -34,7 +34,7 @@ from ..functional.loudness import (
     roex_p,
     window_and_scale,
 )
-from ..kernels.loudness_fused import TailConstants
+from ..kernels.loudness_fused import KeepRule, TailConstants
 
 __all__ = [
     "fast_path_ok",
@@ -43,6 +43,7 @@ __all__ = [
     "multires_intensity_fast",
     "binaural_inhibition_fast",
     "FastExcitation",
+    "KeepRule",
     "TailConstants",
 ]
 
@@ -292,7 +293,7 @@ class FastExcitation:
         )
         return acc
 
-    def _kept(self, rows: Tensor, keep_rule: tuple[str, float]) -> tuple:
+    def _kept(self, rows: Tensor, keep_rule: KeepRule) -> tuple:
         from lhotse_amt.kernels.loudness_fused import kept_components
 
         return kept_components(rows.numpy(), keep_rule)
@@ -333,7 +334,7 @@ class FastExcitation:
         j_first: int,
         n_frames: int,
         bases: list[tuple[int, np.ndarray, Tensor]],
-        keep_rule: tuple[str, float],
+        keep_rule: KeepRule,
         sl: TailConstants,
         c: float,
         high_level: str,
@@ -343,8 +344,8 @@ class FastExcitation:
         """Spectrum, excitation and specific loudness, chunked over frames (no gradient).
 
         Frames are processed in chunks of ``chunk`` so that every temporary stays in cache:
-        :func:`multires_intensity_fast` -> kept components (``keep_rule``: ``("prune", floor)`` =
-        :func:`prune_components`, ``("floor", x)`` = intensity above ``x``) ->
+        :func:`multires_intensity_fast` -> kept components (``keep_rule``, see
+        :class:`lhotse_amt.kernels.loudness_fused.KeepRule`) ->
         :meth:`level_upper` -> lower skirt (:func:`lhotse_amt.kernels.loudness.
         lower_skirt_numpy`) -> ``E = max(E, 1e-10)`` and ``N'``
         (:func:`lhotse_amt.kernels.loudness_fused.specific_loudness_tail`, same branches as

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from lhotse_amt.functional import loudness as L
+from lhotse_amt.kernels.loudness_fused import KeepRule
 from lhotse_amt.modules import loudness as M
 
 D = torch.float64
@@ -37,7 +38,8 @@ def test_spectrum_keep_rules():
     floored = M.MultiResolutionSpectrum("gm2002", floor=1.0, dtype=D)
     assert torch.equal(pruned.kept(i), L.prune_components(i))
     assert torch.equal(floored.kept(i), i > 1.0)
-    assert pruned.keep_rule == ("prune", 1000.0) and floored.keep_rule == ("floor", 1.0)
+    assert pruned.keep_rule == KeepRule(True, 1000.0)
+    assert floored.keep_rule == KeepRule(False, 1.0)
     assert sum(len(b) for b in pruned.bins) == L.N_BINS
     z = 0.01 * torch.randn(1, 6000, dtype=D)
     bases = [(ln, b, torch.tensor(m)) for ln, b, m in L.dft_bases("gm2002")]
