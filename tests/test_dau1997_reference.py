@@ -38,7 +38,7 @@ def test_float64_every_stage(signal, fs, preset, key, nkey):
     for i, c in enumerate(d["channel_index"]):
         nb = d[nkey][i]
         assert chans[c].shape == (nb, len(d["x"]))
-        y = chans[c].numpy()[:, : d["n_samples_covered_mod"] : d["t_stride_mod"]]
+        y = chans[c].numpy()[:, d["t_index_mod"]]
         mfc = model.mfc[c].numpy()
         np.testing.assert_allclose(mfc, d[key.replace("mod", "mfc")][i, :nb], rtol=1e-12)
         assert rel_err(y, d[key][i, :nb]) <= tol, (c, rel_err(y, d[key][i, :nb]))
@@ -63,5 +63,4 @@ def test_gammatone_impulse_response():
         d = load_reference(f"gammatone_impulse_fs{fs}.npz")
         model = Dau1997(fs, preset="amt-1.4", dtype=torch.float64)
         y = model.filterbank(torch.from_numpy(d["x"]).double()).numpy()
-        ref = d["gt_impulse"]
-        assert rel_err(y[:, : ref.shape[1]], ref) <= 1e-6
+        assert rel_err(pick(y, d), d["gt_impulse"]) <= 1e-6

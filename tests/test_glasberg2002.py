@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from conftest import LOUDNESS_STIMULI, load_loudness
 
 from lhotse_amt.models.glasberg2002 import Glasberg2002
 
-REF = Path("/work/shared/reference/loudness")
-FILES = ["tone1k_40dB", "tone1k_60dB", "burst1k_60dB", "sam1k_4Hz_60dB"]
 P0 = 20e-6
 FS = 32000
 
 
 def _ref(name):
-    path = REF / f"glasberg2002_{name}.npz"
-    if not path.exists():
-        pytest.skip(f"reference data not available: {path}")
-    return np.load(path, allow_pickle=False)
+    return load_loudness("glasberg2002", name)
 
 
 def _rel(a, b):
@@ -42,7 +36,7 @@ def model():
     return Glasberg2002(dtype=torch.float32)
 
 
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("name", LOUDNESS_STIMULI)
 def test_fidelity_vs_primary(model, name):
     d = _ref(name)
     out = model.compute(torch.tensor(d["x_pa"]))
