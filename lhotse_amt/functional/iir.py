@@ -343,6 +343,7 @@ def sosfilt(
     return_state: bool = False,
     backend: str = "auto",
     block: int = _BLOCK,
+    out_dtype: torch.dtype | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Filter ``x`` along its last axis with a cascade of second-order sections.
 
@@ -356,6 +357,9 @@ def sosfilt(
         zi: optional initial states ``(..., S, 2)`` (scipy's convention).
         return_state: also return the final states ``(..., S, 2)`` for streaming.
         backend: ``"auto"``, ``"numba"`` or ``"torch"`` (see module docstring).
+        out_dtype: dtype of ``y`` (default: ``x``'s and ``sos``'s promoted dtype, in which
+            the filter runs). With the operator (which runs in float64 whatever the
+            dtypes) ``out_dtype=x.dtype`` spares the conversions of ``x`` and ``y``.
 
     Returns:
         ``y`` of the broadcast shape ``(..., T)`` (and ``zf`` if ``return_state``).
@@ -364,21 +368,27 @@ def sosfilt(
     _check_coefficients("sos", sos)
     if sos.dim() < 2 or sos.shape[-1] != 6:
         raise ValueError(f"sos must have shape (..., n_sections, 6), got {tuple(sos.shape)}")
+    if out_dtype is not None and not out_dtype.is_floating_point:
+        raise TypeError(f"out_dtype must be a real floating dtype, got {out_dtype}")
     dtype = torch.promote_types(x.dtype, sos.dtype)
-    x, sos = x.to(dtype), sos.to(dtype=dtype, device=x.device)
+    sos = sos.to(dtype=dtype, device=x.device)
     if zi is not None:
         zi = zi.to(dtype=dtype, device=x.device)
     S = sos.shape[-2]
     if _use_operator(backend):
         from .. import ops
 
-        y, zf = ops.sosfilt(x, sos, zi)
+        # the operator reads x in its own dtype and writes y in that dtype
+        y, zf = ops.sosfilt(x if out_dtype == x.dtype else x.to(dtype), sos, zi)
     else:
+        x = x.to(dtype)
         A, B, C, D = sos_to_statespace(sos)
         s0 = None if zi is None else zi.reshape(*zi.shape[:-2], 2 * S)
         y, s = lti_filter(x, A, B, C, D, s0, block=block)
         y = y[..., 0, :]
         zf = s.reshape(*s.shape[:-1], S, 2)
+    if out_dtype is not None:
+        y = y.to(out_dtype)
     return (y, zf) if return_state else y
 
 

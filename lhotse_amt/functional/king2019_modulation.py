@@ -27,7 +27,6 @@ import scipy.signal
 import torch
 from torch import Tensor
 
-from .. import _alloc
 from .._validation import (
     check_bool,
     check_choice,
@@ -37,6 +36,8 @@ from .._validation import (
     check_rate,
     check_signal,
 )
+from ..kernels import hilbert as _hilbert
+from ..kernels.hilbert import hilbert_rows_, phase_insensitivity_cpu_
 from .iir import lti_filter, resolve_backend, sosfilt
 
 __all__ = [
@@ -216,18 +217,13 @@ def king2019_modulation_filterbank(
         st = st.reshape(*lead, C, M, S, 2).to(x.device)
         return (y, st) if return_state else y
     if sos is not None:
-        y, st = sosfilt(u, sos, state, return_state=True, backend=backend)
+        y, st = sosfilt(u, sos, state, return_state=True, backend=backend, out_dtype=x.dtype)
     elif b is not None and a is not None:
         y, st = tf_filter(u, b, a, state, return_state=True, backend=backend)
     else:
         raise ValueError("give sos or (b, a)")
     y = y.to(x.dtype)
     return (y, st) if return_state else y
-
-
-#: samples per block of the in-place phase insensitivity (float32: 32 MB of spectrum;
-#: at 10 s and 44.1 kHz 18 rows: batched FFTs are faster per row than single ones)
-_PI_BLOCK_SAMPLES = 1 << 23
 
 
 def hilbert_transform(x: Tensor) -> Tensor:
@@ -280,77 +276,6 @@ def _cpu_inplace_ok(x: Tensor) -> bool:
     )
 
 
-def _hilbert_block_(src: Tensor, dst: Tensor, spec: Tensor) -> None:
-    """``dst <- H{src}`` for rows ``(n, T)`` through the spectrum buffer ``spec (n,
-    T // 2 + 1)`` (``dst`` may be ``src``)."""
-    T = src.shape[-1]
-    torch.fft.rfft(src, dim=-1, out=spec)
-    spec[..., 0] = 0
-    if T % 2 == 0:
-        spec[..., -1] = 0
-    torch.fft.irfft(spec.mul_(-1j), n=T, dim=-1, out=dst)
-
-
-def _block_buffers(rows: int, width: int, T: int, dtype: torch.dtype) -> tuple[int, Tensor]:
-    """Rows per FFT block (about ``_PI_BLOCK_SAMPLES`` samples) and its spectrum buffer."""
-    per = min(rows, max(1, _PI_BLOCK_SAMPLES // max(T * width, 1)))
-    cdtype = torch.complex64 if dtype == torch.float32 else torch.complex128
-    return per, _alloc.empty_tensor((per, width, T // 2 + 1), cdtype)
-
-
-def hilbert_rows_(x: Tensor, out: Tensor | None = None) -> None:
-    """``out <- H{x}`` (:func:`hilbert_transform`; ``out`` defaults to ``x``: in place)
-    for the rows of float32/float64 CPU tensors ``(R, T)`` with unit stride along ``T``,
-    a block of rows per batched FFT (one spectrum buffer of tens of MB, reused from block
-    to block)."""
-    out = x if out is None else out
-    R, T = x.shape
-    if R == 0:
-        return
-    per, spec = _block_buffers(R, 1, T, x.dtype)
-    spec = spec[:, 0]
-    xt, ot = x.detach(), out.detach()
-    for r0 in range(0, R, per):
-        rows = xt[r0 : r0 + per]
-        _hilbert_block_(rows, ot[r0 : r0 + per], spec[: rows.shape[0]])
-
-
-def _phase_insensitivity_cpu_(x: Tensor, bands: list[int]) -> None:
-    """In-place phase insensitivity of the bands ``bands`` (ascending) of a C-contiguous
-    CPU tensor ``x (..., M, T)``, each run of consecutive bands at once: blocks of rows
-    through batched real FFTs (one spectrum and one transform buffer, reused from block
-    to block: no fresh pages per block) and one compiled pass per row for the
-    rms-matched envelope (:func:`lhotse_amt.kernels.king2019.rms_matched_envelope_`)."""
-    from ..kernels.king2019 import rms_matched_envelope_
-
-    M, T = x.shape[-2:]
-    xt = x.detach().reshape(-1, M, T)
-    if xt.numel() == 0 or not bands:
-        return
-    runs: list[list[int]] = []
-    for m in bands:
-        if runs and m == runs[-1][-1] + 1:
-            runs[-1].append(m)
-        else:
-            runs.append([m])
-    width = max(len(r) for r in runs)
-    per, spec_buf = _block_buffers(xt.shape[0], width, T, x.dtype)
-    hil_buf = _alloc.empty_tensor((per * width * T,), x.dtype)
-    for run in runs:
-        k = len(run)
-        spec = spec_buf.view(-1)[: per * k * (T // 2 + 1)].view(per, k, T // 2 + 1)
-        hil = hil_buf[: per * k * T].view(per, k, T)
-        for r0 in range(0, xt.shape[0], per):
-            rows = xt[r0 : r0 + per, run[0] : run[0] + k]  # (n, k, T) view
-            n = rows.shape[0]
-            h = hil[:n]
-            _hilbert_block_(rows, h, spec[:n])
-            rn, hn = rows.numpy(), h.numpy()
-            for i in range(n):
-                for j in range(k):
-                    rms_matched_envelope_(rn[i, j], hn[i, j])
-
-
 def phase_insensitivity(
     x: Tensor,
     mfc: Tensor | np.ndarray | tuple[float, ...],
@@ -386,10 +311,10 @@ def phase_insensitivity(
         if torch.is_grad_enabled() and x.requires_grad:
             raise ValueError("phase_insensitivity(inplace=True) needs no autograd on x")
         if _cpu_inplace_ok(x):
-            _phase_insensitivity_cpu_(x, sel)
+            phase_insensitivity_cpu_(x, sel)
             return x
         T = x.shape[-1]
-        rows_per_block = max(1, _PI_BLOCK_SAMPLES // max(T, 1))
+        rows_per_block = max(1, _hilbert.BLOCK_SAMPLES // max(T, 1))
         with torch.no_grad():
             for m in sel:
                 view = x[..., m, :]

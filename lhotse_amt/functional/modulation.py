@@ -178,6 +178,24 @@ def design_modulation_bank(
     )
 
 
+def unpad_bands(y: Tensor, counts: tuple[int, ...] | list[int]) -> list[Tensor]:
+    """Channel ``c`` of a padded filterbank output ``y (..., C, M, T)`` without its padded
+    bands: ``y[..., c, :counts[c], :]`` for every channel, as views.
+
+    One split of the ``(..., C * M, T)`` rows: under autograd a single backward node
+    writes the gradient of every channel and the zeros of the padding in one pass (a
+    slice per channel would each fill and copy a tensor of the whole channel, and the
+    channel selects then stack them)."""
+    C, M = y.shape[-3], y.shape[-2]
+    if len(counts) != C or any(not 0 <= int(n) <= M for n in counts):
+        raise ValueError(
+            f"counts must give 0..{M} bands for each of the {C} channels, got {list(counts)}"
+        )
+    sizes = [s for n in counts for s in (int(n), M - int(n))]
+    parts = y.flatten(-3, -2).split(sizes, dim=-2)
+    return list(parts[::2])
+
+
 def modulation_filterbank(
     x: Tensor,
     lp_sos: Tensor,
@@ -233,9 +251,16 @@ def modulation_filterbank(
     u = x
     if prefilter_sos is not None:
         u, new_state["pre"] = sosfilt(
-            u, prefilter_sos, state.get("pre"), return_state=True, backend=backend
+            u,
+            prefilter_sos,
+            state.get("pre"),
+            return_state=True,
+            backend=backend,
+            out_dtype=x.dtype,
         )
-    lp, new_state["lp"] = sosfilt(u, lp_sos, state.get("lp"), return_state=True, backend=backend)
+    lp, new_state["lp"] = sosfilt(
+        u, lp_sos, state.get("lp"), return_state=True, backend=backend, out_dtype=x.dtype
+    )
     # the sections may run in a wider dtype than x (float64 low-pass, see ModulationFilterbank)
     u, lp = u.to(x.dtype), lp.to(x.dtype)
     be = resolve_backend(backend, u, poles, gains)

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_band, check_bool, check_dtype, check_kwargs, check_rate, check_str
+from ..functional.modulation import unpad_bands
 from ..modules import AdaptationLoops, GammatoneFilterbank, IHCEnvelope, ModulationFilterbank
 from ._base import StreamingModel, merge_preset
 
@@ -208,12 +209,8 @@ class Dau1997(StreamingModel):
         if squeeze:
             mod = mod[0]
             out = {k: v[0] for k, v in out.items()}
-        # unbind: one backward node for all channels (per-channel selects would each
-        # scatter into a zero tensor of the whole output)
-        chans = [
-            band[..., : int(n), :]
-            for band, n in zip(mod.unbind(-3), self._band_counts(), strict=True)
-        ]
+        # one split: one backward node for all channels and their padding
+        chans = unpad_bands(mod, self._band_counts())
         if self.return_stages:
             return chans, {k: out[k] for k in ("filterbank", "ihc", "adaptation")}
         return chans

@@ -54,6 +54,7 @@ from .._validation import (
     check_rate,
     check_str,
 )
+from ..functional.modulation import unpad_bands
 from ..modules import AdaptationLoops, GammatoneFilterbank, IHCEnvelope, ModulationFilterbank
 from ..modules.ear import HeadphoneFilter, MiddleEarFilter
 from ._base import StreamingModel, merge_preset
@@ -294,12 +295,8 @@ class Osses2021(StreamingModel):
         if squeeze:
             out = {k: v[0] for k, v in out.items()}
         mod = out["modulation"]
-        # unbind: one backward node for all channels (per-channel selects would each
-        # scatter into a zero tensor of the whole output)
-        chans = [
-            band[..., : int(n), :]
-            for band, n in zip(mod.unbind(-3), self._band_counts(), strict=True)
-        ]
+        # one split: one backward node for all channels and their padding
+        chans = unpad_bands(mod, self._band_counts())
         if self.return_stages:
             return chans, {k: out[k] for k in self.stage_names[:-1]}
         return chans

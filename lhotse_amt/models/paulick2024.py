@@ -112,7 +112,8 @@ def casp_ear_fir(fs: float, outer: bool = True, middle: bool = True) -> np.ndarr
 def _fir(buf: Tensor, weight: Tensor, start: int, stride: int, n_out: int) -> Tensor:
     """``y[r, i] = sum_k weight[k] buf[r, start + i stride + k]`` (``weight (1, 1, K)`` holds
     flipped taps). CPU inference: the numba kernel (float64 accumulation, fixed order, so
-    chunked and one-shot processing agree bit for bit); otherwise ``conv1d`` (autograd)."""
+    chunked and one-shot processing agree bit for bit); otherwise ``conv1d`` (autograd), or
+    for the decimation (``stride > 1``) the operator ``lhotse_amt::strided_fir``."""
     if resolve_backend("auto", buf, weight) == "numba":
         from ..kernels import paulick
 
@@ -127,6 +128,11 @@ def _fir(buf: Tensor, weight: Tensor, start: int, stride: int, n_out: int) -> Te
         h = weight.reshape(-1).to(buf.dtype).flip(-1)
         c = torch.fft.irfft(torch.fft.rfft(x, L) * torch.fft.rfft(h, L), L)
         return c[:, K - 1 : K - 1 + n_out]
+    if stride > 1:
+        # the decimator: a registered operator (a strided conv1d's backward is slow)
+        from .. import ops
+
+        return ops.strided_fir(buf, weight.reshape(-1), start, stride, n_out)
     y = torch.nn.functional.conv1d(buf[:, None, start:], weight.to(buf.dtype), stride=stride)
     return y[:, 0, :n_out]
 

@@ -144,7 +144,7 @@ class ButterworthFilter(nn.Module):
     ) -> Tensor | tuple[Tensor, Tensor]:
         from ..functional.iir import sosfilt
 
-        y, st = sosfilt(x, self.sos, state, return_state=True)
+        y, st = sosfilt(x, self.sos, state, return_state=True, out_dtype=x.dtype)
         y = y.to(x.dtype)
         return (y, st) if return_state else y
 

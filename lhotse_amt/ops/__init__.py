@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from .envelope import rms_envelope
+from .fir import strided_fir
 from .ihc_paulick import ihc_paulick_recursion
 from .loudness import agc
 from .recursions import adaptation_rows, resonator_rows, sosfilt_rows
@@ -27,6 +28,7 @@ __all__ = [
     "ihc_paulick_recursion",
     "agc",
     "rms_envelope",
+    "strided_fir",
     "row_map",
 ]
 
