@@ -52,7 +52,8 @@ else:
         lhotse_amt.use_fork_safe_threading()
     ex = FEATURE_EXTRACTORS[name]()
 sr = ex.config.sampling_rate
-x = (0.05 * np.random.default_rng(0).standard_normal((1, sr))).astype(np.float32)
+x = (0.05 * np.random.default_rng(0).standard_normal((getattr(ex, "input_channels", 1), sr)))
+x = x.astype(np.float32)
 f = ex.extract(x, sr)
 assert np.isfinite(f).all(), name
 if detail:
