@@ -74,21 +74,12 @@ _CTX_FRAMES = _CONTEXT // L.HOP
 
 
 def stream_agc(x: np.ndarray, attack: float, release: float, state: np.ndarray) -> np.ndarray:
-    """Attack/release AGC of each row of ``x (N, T)`` (float64) from ``state (N,)`` by the
-    operator ``lhotse_amt::agc``; ``state`` is updated in place to each row's last output,
-    so consecutive blocks equal one call on the whole signal."""
-    from ..ops import agc  # compiled kernels: imported on first use
+    """Attack/release AGC of each row of ``x (N, T)`` from ``state (N,)`` (updated in place
+    to each row's last output, so consecutive blocks equal one call on the whole signal):
+    the operator ``lhotse_amt::agc_stream`` (:func:`lhotse_amt.ops.fused.agc_stream`)."""
+    from ..ops import fused  # compiled kernels: imported on first use
 
-    y = agc(
-        torch.from_numpy(np.ascontiguousarray(x)),
-        float(attack),
-        float(release),
-        dim=-1,
-        state=torch.from_numpy(state),
-    ).numpy()
-    if y.shape[-1]:
-        state[...] = y[:, -1]
-    return y
+    return fused.agc_stream(x, attack, release, state)
 
 
 @dataclass

@@ -6,7 +6,8 @@ pass over the samples (:mod:`lhotse_amt.kernels.casp`, :mod:`lhotse_amt.kernels.
 recursions with coefficients from a float64 twin of the model). Each chain is one operator
 here, with
 
-* a CPU kernel (the fused numba chain),
+* a CPU kernel (the fused numba chain), registered at the dispatcher level
+  (``torch.library.Library``: a call costs no ``torch.compile`` machinery),
 * a fake implementation (shapes only),
 * no gradient: the operators serve inference; under autograd, on CUDA and while
   ``torch.compile``/``torch.export`` trace a model, the models run their stages as the
@@ -36,6 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..kernels import agc as _agc
 from ..kernels import casp as _casp
 from ..kernels import king2019 as _king
 from ..kernels import modbank_simd as _modbank
@@ -43,6 +45,7 @@ from ..kernels import paulick as _paulick
 
 __all__ = [
     "KernelState",
+    "agc_stream",
     "casp_plan",
     "casp_pooled",
     "casp_samples",
@@ -58,6 +61,34 @@ __all__ = [
 ]
 
 _LIB = "lhotse_amt"
+#: the operators' registrations (dispatcher-level: calling them costs no torch.compile
+#: machinery, unlike ``torch.library.custom_op``, whose first call imports it)
+_lib = torch.library.Library(_LIB, "FRAGMENT")
+
+
+def _cpu_op(schema: str) -> Any:
+    """Define ``lhotse_amt::<schema>`` with the decorated function as its CPU kernel; the
+    decorator returns the operator."""
+    name = schema.split("(", 1)[0]
+
+    def register(fn: Any) -> Any:
+        _lib.define(schema)
+        _lib.impl(name, fn, "CPU")
+        return getattr(getattr(torch.ops, _LIB), name).default
+
+    return register
+
+
+def _fake(name: str) -> Any:
+    """Register the decorated function as the fake implementation of ``lhotse_amt::name``."""
+
+    def register(fn: Any) -> Any:
+        torch.library.register_fake(f"{_LIB}::{name}", fn, lib=_lib)
+        return fn
+
+    return register
+
+
 _PLANS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
 
@@ -126,10 +157,27 @@ def chain_supported(model: torch.nn.Module, chain: str | None) -> bool:
 
 def casp_plan(model: torch.nn.Module, precise: bool) -> Any:
     """The fused CASP chain's coefficient layout for ``model`` (float64 ``precise``)."""
-    return _casp.CASPPooledPlan(model, precise)
+    from ..functional.adaptation import adaptation_coefficients
+
+    ad = model.adaptation
+    minlvl = 10.0 ** ((ad.minspl - ad.dboffset) / 20.0)
+    tau = ad.tau.detach().to("cpu", torch.float64)
+    loops = adaptation_coefficients(tau, ad.fs, ad.limit, minlvl)
+    return _casp.CASPPooledPlan(model, precise, _gammatone_poles(model), loops)
 
 
-@torch.library.custom_op(f"{_LIB}::casp_pooled", mutates_args=(), device_types="cpu")
+def _gammatone_poles(model: torch.nn.Module) -> tuple[Tensor, Tensor]:
+    """Complex poles and real gains ``(C,)`` (float64) of ``model.filterbank``."""
+    from ..functional.gammatone import gammatone_poles
+
+    fb = model.filterbank
+    return gammatone_poles(fb.fc.double(), fb.fs, fb.n, fb.erb_scale.double())
+
+
+@_cpu_op(
+    "casp_pooled(Tensor x, int plan, Tensor[] state, int hop, int[] ends, bool square)"
+    " -> (Tensor, Tensor[])"
+)
 def _casp_pooled(
     x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
 ) -> tuple[Tensor, list[Tensor]]:
@@ -141,7 +189,7 @@ def _casp_pooled(
     return sums.contiguous(), [torch.from_numpy(new[k]) for k in keys]
 
 
-@_casp_pooled.register_fake
+@_fake("casp_pooled")
 def _(
     x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
 ) -> tuple[Tensor, list[Tensor]]:
@@ -169,12 +217,12 @@ def casp_pooled(
     return sums, state.replace(new)
 
 
-@torch.library.custom_op(f"{_LIB}::casp_samples_", mutates_args=("out",), device_types="cpu")
+@_cpu_op("casp_samples_(Tensor x, Tensor(a!) out, int plan) -> ()")
 def _casp_samples(x: Tensor, out: Tensor, plan: int) -> None:
     _casp.casp_samples(_plan(plan), x, out)
 
 
-@_casp_samples.register_fake
+@_fake("casp_samples_")
 def _(x: Tensor, out: Tensor, plan: int) -> None:
     return None
 
@@ -194,14 +242,17 @@ def casp_samples(plan: Any, x: Tensor, out: Tensor) -> None:
 def king_plan(model: torch.nn.Module, gain: np.ndarray, use_abs: np.ndarray, precise: bool) -> Any:
     """The fused King2019 chain's layout; band ``m`` times ``gain[m]``, ``|.|`` first
     where ``use_abs[m]``."""
-    return _king.KingPooledPlan(model, gain, use_abs, precise)
+    return _king.KingPooledPlan(model, gain, use_abs, precise, _gammatone_poles(model))
 
 
 #: state keys of the channel-vectorised kernel (5 arrays) and of the register kernel (1)
 _KING_KEYS = {5: ("gre", "gim", "ihc", "post", "bank"), 1: ("front",)}
 
 
-@torch.library.custom_op(f"{_LIB}::king_pooled", mutates_args=(), device_types="cpu")
+@_cpu_op(
+    "king_pooled(Tensor x, int plan, Tensor[] state, int hop, int[] ends, bool square)"
+    " -> (Tensor, Tensor[])"
+)
 def _king_pooled(
     x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
 ) -> tuple[Tensor, list[Tensor]]:
@@ -213,7 +264,7 @@ def _king_pooled(
     return sums.contiguous(), [torch.from_numpy(new[k]) for k in keys]
 
 
-@_king_pooled.register_fake
+@_fake("king_pooled")
 def _(
     x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
 ) -> tuple[Tensor, list[Tensor]]:
@@ -235,12 +286,12 @@ def king_pooled(
     return sums, state.replace(new)
 
 
-@torch.library.custom_op(f"{_LIB}::king_samples_", mutates_args=("out",), device_types="cpu")
+@_cpu_op("king_samples_(Tensor x, Tensor(a!) out, int plan, int[] pi_bands) -> ()")
 def _king_samples(x: Tensor, out: Tensor, plan: int, pi_bands: list[int]) -> None:
     _king.king_samples(_plan(plan), x, out, pi_bands)
 
 
-@_king_samples.register_fake
+@_fake("king_samples_")
 def _(x: Tensor, out: Tensor, plan: int, pi_bands: list[int]) -> None:
     return None
 
@@ -263,7 +314,11 @@ def modulation_pooled_supported(mod: torch.nn.Module) -> bool:
     return bool(_modbank.ENABLED) and mod.poles.shape[-1] == 1 and mod.poles.shape[-2] > 1
 
 
-@torch.library.custom_op(f"{_LIB}::modulation_pooled", mutates_args=(), device_types="cpu")
+@_cpu_op(
+    "modulation_pooled(Tensor x, Tensor lp_sos, Tensor? prefilter_sos, Tensor pole, "
+    "Tensor gain, Tensor use_abs, Tensor scale, Tensor[] state, Tensor starts, Tensor stops, "
+    "Tensor counts, int R, bool rms) -> (Tensor, Tensor[])"
+)
 def _modulation_pooled(
     x: Tensor,
     lp_sos: Tensor,
@@ -287,7 +342,7 @@ def _modulation_pooled(
     return torch.from_numpy(out), [new[k] for k in ("lp", "bp", "pre") if k in new]
 
 
-@_modulation_pooled.register_fake
+@_fake("modulation_pooled")
 def _(
     x: Tensor,
     lp_sos: Tensor,
@@ -343,12 +398,12 @@ def modulation_pooled(
     return out, dict(zip(("lp", "bp", "pre"), new))
 
 
-@torch.library.custom_op(f"{_LIB}::pool_held", mutates_args=(), device_types="cpu")
+@_cpu_op("pool_held(Tensor y, Tensor cols, Tensor starts, Tensor stops, int R, bool rms) -> Tensor")
 def _pool_held(y: Tensor, cols: Tensor, starts: Tensor, stops: Tensor, R: int, rms: bool) -> Tensor:
     return _paulick.pool_held(y, cols.numpy(), starts.numpy(), stops.numpy(), R, rms)
 
 
-@_pool_held.register_fake
+@_fake("pool_held")
 def _(y: Tensor, cols: Tensor, starts: Tensor, stops: Tensor, R: int, rms: bool) -> Tensor:
     return y.new_empty((cols.shape[0], starts.shape[0]))
 
@@ -373,3 +428,29 @@ def pool_held(
         bool(rms),
     )
     return out.to(y.device)
+
+
+# --------------------------------------------------------------------------------------
+# the loudness models' attack/release AGC, streamed block by block
+# --------------------------------------------------------------------------------------
+
+
+@_cpu_op("agc_stream(Tensor x, Tensor(a!) state, float attack, float release) -> Tensor")
+def _agc_stream(x: Tensor, state: Tensor, attack: float, release: float) -> Tensor:
+    return torch.from_numpy(_agc.agc_numba_state(x.numpy(), attack, release, state.numpy()))
+
+
+@_fake("agc_stream")
+def _(x: Tensor, state: Tensor, attack: float, release: float) -> Tensor:
+    return torch.empty_like(x)
+
+
+def agc_stream(x: np.ndarray, attack: float, release: float, state: np.ndarray) -> np.ndarray:
+    """Operator ``lhotse_amt::agc_stream``: the attack/release AGC of the loudness models
+    (``S[t] = S[t-1] + a (x[t] - S[t-1])``, ``a = attack`` if ``x[t] > S[t-1]`` else
+    ``release``; Glasberg & Moore 2002, Sec. 2.6) on each row of ``x (N, T)`` from
+    ``state (N,)``, which is updated in place to each row's last output, so consecutive
+    blocks equal one call on the whole signal. Inference (no gradient; the differentiable
+    operator is ``lhotse_amt::agc``)."""
+    xt = torch.from_numpy(np.ascontiguousarray(x))
+    return _agc_stream(xt, torch.from_numpy(state), float(attack), float(release)).numpy()

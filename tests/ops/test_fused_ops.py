@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import lhotse_amt
+from lhotse_amt import ops
 from lhotse_amt.models import Dau1997, King2019
 from lhotse_amt.ops import fused
 
@@ -40,7 +41,15 @@ def king_plan():
 
 @pytest.mark.parametrize(
     "name",
-    ["casp_pooled", "casp_samples_", "king_pooled", "king_samples_", "modulation_pooled"],
+    [
+        "casp_pooled",
+        "casp_samples_",
+        "king_pooled",
+        "king_samples_",
+        "modulation_pooled",
+        "pool_held",
+        "agc_stream",
+    ],
 )
 def test_operators_are_registered(name):
     assert hasattr(torch.ops.lhotse_amt, name)
@@ -111,3 +120,37 @@ def _imports_kernels(path: Path) -> bool:
 )
 def test_extractors_and_the_fused_dispatch_reach_kernels_only_through_operators(path):
     assert not _imports_kernels(path)
+
+
+def test_agc_stream_operator_streams_and_updates_its_state():
+    g = torch.Generator().manual_seed(4)
+    x = (torch.rand(3, 400, generator=g, dtype=D) ** 3).numpy()
+    whole_state = np.zeros(3)
+    whole = fused.agc_stream(x, 0.045, 0.02, whole_state)
+    st = np.zeros(3)
+    parts = [fused.agc_stream(x[:, a : a + 150], 0.045, 0.02, st) for a in (0, 150, 300)]
+    np.testing.assert_array_equal(np.concatenate(parts, 1), whole)
+    np.testing.assert_array_equal(st, whole[:, -1])
+    # against the differentiable operator
+    ref = ops.agc(torch.from_numpy(x), 0.045, 0.02, dim=-1).numpy()
+    np.testing.assert_allclose(whole, ref, rtol=1e-12, atol=0)
+    torch.library.opcheck(
+        torch.ops.lhotse_amt.agc_stream.default,
+        (torch.from_numpy(x), torch.zeros(3, dtype=D), 0.045, 0.02),
+    )
+
+
+def test_calling_an_operator_does_not_load_the_compiler():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, torch\n"
+        "import lhotse_amt\n"
+        "ex = lhotse_amt.Dau1997Extractor()\n"
+        "ex.extract(np.full(1600, 1e-3, np.float32), 16000)\n"
+        "assert 'torch._dynamo' not in sys.modules\n"
+        "print('ok')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
