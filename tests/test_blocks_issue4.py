@@ -103,13 +103,13 @@ def test_hilbert_envelope_matches_scipy_odd_and_even_lengths(T):
 
 
 def test_phase_insensitivity_in_place_equals_out_of_place(monkeypatch):
-    import lhotse_amt.functional.king2019_modulation as km
+    from lhotse_amt.kernels import hilbert
 
     mfc = np.array([2.0, 13.7, 35.9])
     x = torch.randn(2, 5, 3, 301, **D64)
     ref = phase_insensitivity(x, mfc)
     assert torch.equal(ref[..., 0, :], x[..., 0, :]) and not torch.equal(ref, x)
-    monkeypatch.setattr(km, "_PI_BLOCK_SAMPLES", 3 * 301)  # 3 rows per block: 4 blocks
+    monkeypatch.setattr(hilbert, "BLOCK_SAMPLES", 3 * 301)  # 3 rows per block: 4 blocks
     for y in (x.clone(), x.clone().transpose(0, 1)):  # evenly and unevenly strided rows
         out = phase_insensitivity(y, mfc, inplace=True)
         assert out is y

@@ -289,9 +289,10 @@ def test_forward_kernel_follows_learnable_parameters() -> None:
 
 def test_casp_kernel_layout() -> None:
     from lhotse_amt.kernels import casp
+    from lhotse_amt.ops import fused
 
     model = Osses2021(44100, dtype=torch.float64)
-    plan = casp.CASPPooledPlan(model, precise=True)
+    plan = fused.casp_plan(model, precise=True)
     assert plan.n_bands.tolist() == [int(n) for n in model.modulation.n_bands]
     with pytest.raises(ValueError, match="contiguous"):
         casp.casp_samples(plan, torch.zeros(1, 10), torch.zeros(1, 3, 10))
@@ -353,15 +354,14 @@ def test_king_phase_insensitivity_routes(seconds, cutoff, routes, simd, monkeypa
     the band-pass states do not decay within the signal) equals the stage-wise path's
     FFT per band output to rounding, in float64 and float32; the envelopes by the
     register kernel (8 channels per vector) and by the channel-vectorised one."""
-    from lhotse_amt.functional import king2019_modulation as km
     from lhotse_amt.kernels import king2019 as kk
     from lhotse_amt.kernels import king2019_simd, modbank_simd
 
     monkeypatch.setattr(modbank_simd, "ENABLED", simd)
     used = set()
-    per_band = km._phase_insensitivity_cpu_
+    per_band = kk.phase_insensitivity_cpu_
     monkeypatch.setattr(
-        km, "_phase_insensitivity_cpu_", lambda *a: used.add("direct") or per_band(*a)
+        kk, "phase_insensitivity_cpu_", lambda *a: used.add("direct") or per_band(*a)
     )
     kernel = (king2019_simd, "envelopes") if simd else (kk, "_envelope_batch")
     orig = getattr(*kernel)
@@ -415,9 +415,10 @@ def test_king_wrap_basis_identity() -> None:
 
     from lhotse_amt.functional.king2019_modulation import hilbert_transform
     from lhotse_amt.kernels import king2019 as kk
+    from lhotse_amt.ops import fused
 
     model = King2019(FS, flow=1000.0, fhigh=1500.0, dtype=torch.float64)
-    plan = kk.KingPooledPlan(model, np.ones(5), np.zeros(5, bool), True)
+    plan = fused.king_plan(model, np.ones(5), np.zeros(5, bool), True)
     rng = np.random.default_rng(0)
     for N, m in ((3001, 3), (40000, 2), (40000, 4)):
         sos = plan.bank[m]  # (S, 6)

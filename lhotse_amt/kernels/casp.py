@@ -283,14 +283,21 @@ class CASPPooledPlan:
             (anything with ``filterbank``, ``ihc.sos (S, 6)``, ``adaptation`` and an
             ``efilt`` ``modulation`` module with one pole per band).
         precise: float64 limiter and band magnitudes (module docstring).
+        gammatone: complex poles and real gains ``(C,)`` of the model's gammatone
+            (:func:`lhotse_amt.functional.gammatone.gammatone_poles`, float64).
+        adaptation: per loop ``a``, ``m`` and the rest state ``s0`` ``(J,)``
+            (:func:`lhotse_amt.functional.adaptation.adaptation_coefficients`, float64).
     """
 
-    def __init__(self, model: torch.nn.Module, precise: bool) -> None:
-        from ..functional.adaptation import adaptation_coefficients
-        from ..functional.gammatone import gammatone_poles
-
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        precise: bool,
+        gammatone: tuple[torch.Tensor, torch.Tensor],
+        adaptation: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    ) -> None:
         fb, mod, ad = model.filterbank, model.modulation, model.adaptation
-        pole, gain = gammatone_poles(fb.fc.double(), fb.fs, fb.n, fb.erb_scale.double())
+        pole, gain = gammatone
         p = pole.detach().cpu().numpy().astype(np.complex128)
         C = p.shape[0]
         P = _pad8(C)
@@ -301,9 +308,8 @@ class CASPPooledPlan:
         self.g2 = np.ascontiguousarray(2.0 * gain.detach().cpu().numpy().astype(np.float64)[pad])
         self.ihc = np.ascontiguousarray(model.ihc.sos.detach().cpu().numpy().astype(np.float64))
         # adaptation loops
-        tau = ad.tau.detach().to("cpu", torch.float64)
         minlvl = 10.0 ** ((ad.minspl - ad.dboffset) / 20.0)
-        a, m, s0 = adaptation_coefficients(tau, ad.fs, ad.limit, minlvl)
+        a, m, s0 = adaptation
         J = a.shape[-1]
         self.J = J
         self.aa = np.ascontiguousarray(np.broadcast_to(a.numpy()[:, None], (J, P)))

@@ -35,6 +35,7 @@ from . import king2019_simd, modbank_simd
 from .casp import _F, _WRITE_BLOCK, _flush, _pad8
 from .cpu import _threads
 from .fastmath import denormals_off, pow_pos_inline, restore_fp_mode
+from .hilbert import hilbert_rows_, phase_insensitivity_cpu_
 
 __all__ = [
     "KingPooledPlan",
@@ -42,7 +43,6 @@ __all__ = [
     "king_samples",
     "periodic_state_maps",
     "wrap_basis",
-    "rms_matched_envelope_",
 ]
 
 #: the ``dst`` argument of the pooled mode (float64: the kernel's per-sample buffer takes
@@ -216,16 +216,20 @@ class KingPooledPlan:
         model: the model (``form="sos"`` modulation filterbank).
         gain, use_abs: per modulation band: output gain and whether ``|.|`` is taken.
         precise: library ``pow`` for the compression (module docstring).
+        gammatone: complex poles and real gains ``(C,)`` of the model's gammatone
+            (:func:`lhotse_amt.functional.gammatone.gammatone_poles`, float64).
     """
 
     def __init__(
-        self, model: torch.nn.Module, gain: np.ndarray, use_abs: np.ndarray, precise: bool
+        self,
+        model: torch.nn.Module,
+        gain: np.ndarray,
+        use_abs: np.ndarray,
+        precise: bool,
+        gammatone: tuple[torch.Tensor, torch.Tensor],
     ) -> None:
-        from ..functional.gammatone import gammatone_poles
-        from ..modules.compression import BrokenStickCompression
-
         fb = model.filterbank
-        pole, g = gammatone_poles(fb.fc.double(), fb.fs, fb.n, fb.erb_scale.double())
+        pole, g = gammatone
         p = pole.detach().cpu().numpy().astype(np.complex128)
         C = p.shape[0]
         P = _pad8(C)
@@ -236,8 +240,9 @@ class KingPooledPlan:
         self.g2 = np.ascontiguousarray(2.0 * g.detach().cpu().numpy().astype(np.float64)[pad])
         comp = model.compression
         self.expo = float(comp.exponent.detach())
-        if isinstance(comp, BrokenStickCompression):
-            self.knee = float(comp.knee)
+        knee = getattr(comp, "knee", None)  # broken stick; a power law has none
+        if knee is not None:
+            self.knee = float(knee)
             self.coef = self.knee ** (1.0 - self.expo)
         else:  # power law: no knee (x = 0 stays 0: below the "knee" 0)
             self.knee, self.coef = 0.0, 1.0
@@ -371,9 +376,7 @@ def king_samples(
     else:
         zf, pis = _samples_by_lanes(p, xn, out, lin)
     if direct:
-        from ..functional.king2019_modulation import _phase_insensitivity_cpu_
-
-        _phase_insensitivity_cpu_(out, direct)
+        phase_insensitivity_cpu_(out, direct)
     if lin:
         _hilbert_envelopes_(p, lin, maps, gam, out, zf, pis)
 
@@ -656,8 +659,6 @@ def _hilbert_envelopes_(
     given the final band-pass states ``zf (B, 2, M, S, P)``, the sums ``pis (B, 3, M,
     P)`` of the first pass, ``maps`` (:func:`periodic_state_maps` per band) and ``gam``
     (their :func:`wrap_basis`)."""
-    from ..functional.king2019_modulation import hilbert_rows_
-
     B, C, M, N = out.shape
     per_band = out.view(B * C, M, N)
     rows = out.view(B, C * M, N)
@@ -688,35 +689,3 @@ def _hilbert_envelopes_(
         rows.numpy(), kb[0], hrows.numpy(), hcol, kb, lin_a, plan.bank,
         Q, L, zf, gam.numpy(), gain, _WRITE_BLOCK,
     )  # fmt: skip
-
-
-@njit(inline="always", **_F)
-def _sum_squares(x):  # pragma: no cover - compiled
-    # float64 sum of x^2 in eight interleaved partial sums (vectorised; fixed order)
-    T = x.shape[0]
-    part = np.zeros(8)
-    n8 = T // 8 * 8
-    for n0 in range(0, n8, 8):
-        for j in range(8):
-            a = np.float64(x[n0 + j])
-            part[j] += a * a
-    for n in range(n8, T):
-        a = np.float64(x[n])
-        part[0] += a * a
-    return part.sum()
-
-
-@njit(**_F)
-def rms_matched_envelope_(x, h):  # pragma: no cover - compiled
-    """``x <- |x + i h| rms(x) / rms(|x + i h|)`` in place, for C-contiguous rows ``x``
-    and ``h`` (``(T,)``, float32 or float64; ``h`` the Hilbert transform of ``x``): the
-    phase insensitivity of King et al. (2019) given the transform (the envelope's mean
-    square is ``mean(x^2) + mean(h^2)``; a zero envelope gives zeros). Sums in float64,
-    the envelope in the array's precision."""
-    sx = _sum_squares(x)
-    se = sx + _sum_squares(h)
-    g = x.dtype.type(math.sqrt(sx / se) if se > 0.0 else 0.0)
-    for n in range(x.shape[0]):
-        a = x[n]
-        b = h[n]
-        x[n] = g * math.sqrt(a * a + b * b)

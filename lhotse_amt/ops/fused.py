@@ -157,7 +157,21 @@ def chain_supported(model: torch.nn.Module, chain: str | None) -> bool:
 
 def casp_plan(model: torch.nn.Module, precise: bool) -> Any:
     """The fused CASP chain's coefficient layout for ``model`` (float64 ``precise``)."""
-    return _casp.CASPPooledPlan(model, precise)
+    from ..functional.adaptation import adaptation_coefficients
+
+    ad = model.adaptation
+    minlvl = 10.0 ** ((ad.minspl - ad.dboffset) / 20.0)
+    tau = ad.tau.detach().to("cpu", torch.float64)
+    loops = adaptation_coefficients(tau, ad.fs, ad.limit, minlvl)
+    return _casp.CASPPooledPlan(model, precise, _gammatone_poles(model), loops)
+
+
+def _gammatone_poles(model: torch.nn.Module) -> tuple[Tensor, Tensor]:
+    """Complex poles and real gains ``(C,)`` (float64) of ``model.filterbank``."""
+    from ..functional.gammatone import gammatone_poles
+
+    fb = model.filterbank
+    return gammatone_poles(fb.fc.double(), fb.fs, fb.n, fb.erb_scale.double())
 
 
 @_cpu_op(
@@ -228,7 +242,7 @@ def casp_samples(plan: Any, x: Tensor, out: Tensor) -> None:
 def king_plan(model: torch.nn.Module, gain: np.ndarray, use_abs: np.ndarray, precise: bool) -> Any:
     """The fused King2019 chain's layout; band ``m`` times ``gain[m]``, ``|.|`` first
     where ``use_abs[m]``."""
-    return _king.KingPooledPlan(model, gain, use_abs, precise)
+    return _king.KingPooledPlan(model, gain, use_abs, precise, _gammatone_poles(model))
 
 
 #: state keys of the channel-vectorised kernel (5 arrays) and of the register kernel (1)
