@@ -2,7 +2,7 @@
 
 Every sequential recursion of the models is one operator with
 
-* a CPU kernel (numba, :mod:`lhotse_amt.kernels.autodiff`),
+* a CPU kernel (numba, :mod:`lhotse_amt.kernels.autodiff`: one module per operator),
 * a CUDA kernel (Triton, :mod:`lhotse_amt.kernels.triton_autodiff`),
 * a fake implementation (shapes only: ``torch.compile`` and ``torch.export`` trace
   through the operator without a graph break),
@@ -25,7 +25,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..kernels import autodiff as _cpu
+from ..kernels import adaptation_grad, resonator_grad, sos_grad
+from ..kernels.autodiff import CHECKPOINT_BLOCK
 
 __all__ = ["sosfilt_rows", "resonator_rows", "adaptation_rows"]
 
@@ -40,7 +41,7 @@ def _gpu():
 
 def _blocks(T: int) -> int:
     """Checkpoints a forward keeps for its backward (one per block of recomputation)."""
-    return (T + _cpu.CHECKPOINT_BLOCK - 1) // _cpu.CHECKPOINT_BLOCK
+    return (T + CHECKPOINT_BLOCK - 1) // CHECKPOINT_BLOCK
 
 
 def _incoming(
@@ -75,7 +76,7 @@ def sosfilt_rows(
     and the section states at the start of every block of the backward's recomputation
     ``(R, ceil(T / 512), S, 2)`` float64 (no gradient).
     """
-    return _cpu.sos_forward(x, xrow, sos, crow, zi)
+    return sos_grad.sos_forward(x, xrow, sos, crow, zi)
 
 
 @sosfilt_rows.register_kernel("cuda")
@@ -103,7 +104,7 @@ def _sosfilt_backward(
     want_x: bool,
     want_c: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    return _cpu.sos_backward(gy, gzf, x, xrow, sos, crow, zi, ck, want_x, want_c)
+    return sos_grad.sos_backward(gy, gzf, x, xrow, sos, crow, zi, ck, want_x, want_c)
 
 
 @_sosfilt_backward.register_kernel("cuda")
@@ -159,7 +160,7 @@ def resonator_rows(
     block of the backward's recomputation ``(R, ceil(T / 512), K, 2)`` float64 (no
     gradient).
     """
-    return _cpu.resonator_forward(x, xrow, pole, gain, mode, crow, zi)
+    return resonator_grad.resonator_forward(x, xrow, pole, gain, mode, crow, zi)
 
 
 @resonator_rows.register_kernel("cuda")
@@ -189,7 +190,9 @@ def _resonator_backward(
     want_x: bool,
     want_c: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    return _cpu.resonator_backward(gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, want_x, want_c)
+    return resonator_grad.resonator_backward(
+        gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, want_x, want_c
+    )
 
 
 @_resonator_backward.register_kernel("cuda")
@@ -256,7 +259,7 @@ def adaptation_rows(
     states at the start of every block of the backward's recomputation
     ``(R, ceil(T / 512), J)`` float64 (no gradient).
     """
-    return _cpu.adaptation_forward(x, xrow, a, m, crow, minlvl, use_limit, zi, True)
+    return adaptation_grad.adaptation_forward(x, xrow, a, m, crow, minlvl, use_limit, zi, True)
 
 
 @adaptation_rows.register_kernel("cuda")
@@ -287,7 +290,7 @@ def _adaptation_backward(
     want_x: bool,
     want_c: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    return _cpu.adaptation_backward(
+    return adaptation_grad.adaptation_backward(
         gy, gzf, x, xrow, a, m, crow, minlvl, use_limit, zi, ck, want_x, want_c
     )
 

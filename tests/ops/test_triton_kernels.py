@@ -20,7 +20,9 @@ import torch
 
 _COMMON = """
 import torch
-from lhotse_amt.kernels import autodiff as cpu
+from lhotse_amt.kernels import adaptation_grad as ada
+from lhotse_amt.kernels import resonator_grad as res
+from lhotse_amt.kernels import sos_grad
 from lhotse_amt.kernels import triton_autodiff as tri
 
 torch.manual_seed(0)
@@ -58,13 +60,13 @@ for S, dt, wx, wc, T in CASES:
     sos = torch.stack([base[:S] * (1 + 0.05 * k) for k in range(3)])
     sos[..., 3] = 1.0
     zi = torch.randn(R, S, 2, dtype=torch.float64)
-    ref = cpu.sos_forward(x, xrow, sos, crow, zi)
+    ref = sos_grad.sos_forward(x, xrow, sos, crow, zi)
     got = tri.sos_forward(x, xrow, sos, crow, zi, block=4)
     same(("y", "zf", "ck"), got, ref, dt)
     gy = torch.randn(R, T, dtype=dt)
     gzf = torch.randn(R, S, 2, dtype=torch.float64)
     ck = ref[2]
-    ref = cpu.sos_backward(gy, gzf, x, xrow, sos, crow, zi, ck, wx, wc)
+    ref = sos_grad.sos_backward(gy, gzf, x, xrow, sos, crow, zi, ck, wx, wc)
     got = tri.sos_backward(gy, gzf, x, xrow, sos, crow, zi, ck, wx, wc, block=4)
     same(("gx", "gsos", "gzi"), got, ref, dt)
 print("ok")
@@ -80,13 +82,13 @@ CASES = ((4, torch.float64, True, True, 1100), (1, torch.float32, True, False, 5
 for K, dt, wx, wc, T in CASES:
     x = torch.randn(3, T, dtype=dt)
     zi = torch.randn(R, K, 2, dtype=torch.float64) * 0.1
-    ref = cpu.resonator_forward(x, xrow, pole, gain, mode, crow, zi)
+    ref = res.resonator_forward(x, xrow, pole, gain, mode, crow, zi)
     got = tri.resonator_forward(x, xrow, pole, gain, mode, crow, zi, block=4)
     same(("y", "zf", "ck"), got, ref, dt)
     gy = torch.randn(R, T, dtype=dt)
     gzf = torch.randn(R, K, 2, dtype=torch.float64)
     ck = ref[2]
-    ref = cpu.resonator_backward(gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, wx, wc)
+    ref = res.resonator_backward(gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, wx, wc)
     got = tri.resonator_backward(gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, wx, wc, block=4)
     same(("gx", "gpole", "ggain", "gzi"), got, ref, dt)
 print("ok")
@@ -102,13 +104,13 @@ for lim, dt, T in ((True, torch.float64, 1100), (False, torch.float32, 530)):
     x[:, 300:] *= 30  # onset: the limiter engages
     x[0, :100] = 0.0  # below minlvl: no input gradient
     zi = torch.rand(R, 2, dtype=torch.float64) * 0.01 + 1e-3
-    ref = cpu.adaptation_forward(x, xrow, a, m, crow, minlvl, lim, zi, True)
+    ref = ada.adaptation_forward(x, xrow, a, m, crow, minlvl, lim, zi, True)
     got = tri.adaptation_forward(x, xrow, a, m, crow, minlvl, lim, zi, True, block=4)
     same(("v", "zf", "ck"), got, ref, dt)
     gy = torch.randn(R, T, dtype=dt)
     gzf = torch.randn(R, 2, dtype=torch.float64)
     ck = ref[2]
-    ref = cpu.adaptation_backward(gy, gzf, x, xrow, a, m, crow, minlvl, lim, zi, ck, True, True)
+    ref = ada.adaptation_backward(gy, gzf, x, xrow, a, m, crow, minlvl, lim, zi, ck, True, True)
     got = tri.adaptation_backward(
         gy, gzf, x, xrow, a, m, crow, minlvl, lim, zi, ck, True, True, block=4
     )

@@ -1,0 +1,314 @@
+"""Cascades of identical complex one-pole sections with a complex gain and a real output
+(``Re`` or ``|.|``) with gradients: the kernels of the resonator operator.
+
+Forward and backward CPU kernels (numba); the checkpointed backward scheme and the row
+layout are those of :mod:`lhotse_amt.kernels.autodiff`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from numba import njit, prange
+
+from .autodiff import _CKA, KERNEL_OPTS, checkpoint_blocks
+from .cpu import _np, _threads
+from .fastmath import assume_distinct_arrays, denormals_off, restore_fp_mode
+
+__all__ = ["resonator_forward", "resonator_backward"]
+
+_OPTS = KERNEL_OPTS
+
+
+# --------------------------------------------------------------------------------------
+# Cascade of K identical complex one-pole sections with a complex gain, real output
+# --------------------------------------------------------------------------------------
+# u_k[n] = p u_k[n-1] + u_{k-1}[n], u_0 = x (real); w = g u_K;
+# y = Re w (mode 0) or |w| (mode 1)
+
+
+_WR = 16  # rows per lane group of the resonator kernels
+
+
+@njit(inline="always", **_OPTS)
+def _res_group(R, grp, xrow, crow, pole, gain, mode, zi, K):  # pragma: no cover - compiled
+    # rows of lane group grp (padding lanes repeat the last row) with their input rows,
+    # pole, gain, output mode and section states (K, W)
+    W = _WR
+    r0 = grp * W
+    nr = min(W, R - r0)
+    rows = np.empty(W, np.int64)
+    xr = np.empty(W, np.int64)
+    pr = np.empty(W)
+    pi = np.empty(W)
+    gr = np.empty(W)
+    gi = np.empty(W)
+    ab = np.empty(W)
+    sr = np.empty((K, W))
+    si = np.empty((K, W))
+    for k in range(W):
+        r = r0 + min(k, nr - 1)
+        rows[k] = r
+        xr[k] = xrow[r]
+        c = crow[r]
+        pr[k] = pole[c, 0]
+        pi[k] = pole[c, 1]
+        gr[k] = gain[c, 0]
+        gi[k] = gain[c, 1]
+        ab[k] = 1.0 if mode[c] != 0 else 0.0
+        for q in range(K):
+            sr[q, k] = zi[r, q, 0]
+            si[q, k] = zi[r, q, 1]
+    return r0, nr, rows, xr, pr, pi, gr, gi, ab, sr, si
+
+
+@njit(parallel=True, **_OPTS)
+def _res_fwd(x, xrow, pole, gain, mode, crow, zi, y, zf, ck):  # pragma: no cover - compiled
+    # lane groups of _WR rows; section states at the start of every block of _CKA
+    # samples go to ck (R, nb, K, 2) for the backward
+    R = y.shape[0]
+    T = y.shape[1]
+    K = zi.shape[1]
+    W = _WR
+    keep = ck.shape[1] > 0
+    for grp in prange((R + W - 1) // W):
+        fp = denormals_off()
+        r0, nr, rows, xr, pr, pi, gr, gi, ab, sr, si = _res_group(
+            R, grp, xrow, crow, pole, gain, mode, zi, K
+        )
+        vr = np.empty(W)
+        vi = np.empty(W)
+        for n in range(T):
+            if keep and n % _CKA == 0:
+                b = n // _CKA
+                for k in range(nr):
+                    for q in range(K):
+                        ck[r0 + k, b, q, 0] = sr[q, k]
+                        ck[r0 + k, b, q, 1] = si[q, k]
+            for k in range(W):
+                vr[k] = np.float64(x[xr[k], n])
+                vi[k] = 0.0
+            for q in range(K):
+                for k in range(W):
+                    nre = pr[k] * sr[q, k] - pi[k] * si[q, k] + vr[k]
+                    nim = pr[k] * si[q, k] + pi[k] * sr[q, k] + vi[k]
+                    sr[q, k] = nre
+                    si[q, k] = nim
+                    vr[k] = nre
+                    vi[k] = nim
+            for k in range(W):
+                wr = gr[k] * vr[k] - gi[k] * vi[k]
+                wi = gr[k] * vi[k] + gi[k] * vr[k]
+                mag = math.sqrt(wr * wr + wi * wi)
+                vr[k] = mag if ab[k] != 0.0 else wr
+            for k in range(nr):
+                y[r0 + k, n] = vr[k]
+        for k in range(nr):
+            for q in range(K):
+                zf[r0 + k, q, 0] = sr[q, k]
+                zf[r0 + k, q, 1] = si[q, k]
+        restore_fp_mode(fp)
+
+
+@njit(**_OPTS)
+def _res_record(K, n, xb, pr, pi, gr, gi, ab, sr, si, ur, ui, kr, ki, fr, fi):  # pragma: no cover
+    # n samples of the lanes' input xb (n, W): section states before each sample (ur, ui:
+    # (K, n, W)), the last section's output u_K (kr, ki: (n, W)) and the output's
+    # derivative factor (fr + i fi: w / |w| for |.| lanes, 1 for Re lanes); advances
+    # sr/si. Its own function so that the arrays are marked distinct (lane loops vectorise)
+    assume_distinct_arrays()
+    W = _WR  # a compile-time trip count: the lane loops unroll into vectors
+    for i in range(n):
+        for k in range(W):
+            kr[i, k] = xb[i, k]
+            ki[i, k] = 0.0
+        for q in range(K):
+            for k in range(W):
+                ur[q, i, k] = sr[q, k]
+                ui[q, i, k] = si[q, k]
+                nre = pr[k] * sr[q, k] - pi[k] * si[q, k] + kr[i, k]
+                nim = pr[k] * si[q, k] + pi[k] * sr[q, k] + ki[i, k]
+                sr[q, k] = nre
+                si[q, k] = nim
+                kr[i, k] = nre
+                ki[i, k] = nim
+        for k in range(W):
+            vr = kr[i, k]
+            vi = ki[i, k]
+            wr = gr[k] * vr - gi[k] * vi
+            wi = gr[k] * vi + gi[k] * vr
+            mag = math.sqrt(wr * wr + wi * wi)
+            inv = 1.0 / mag if mag > 0.0 else 0.0
+            fr[i, k] = wr * inv if ab[k] != 0.0 else 1.0
+            fi[i, k] = wi * inv if ab[k] != 0.0 else 0.0
+
+
+@njit(**_OPTS)
+def _res_adjoint(
+    K, n, gb, pr, pi, gr, gi, ur, ui, kr, ki, fr, fi, lr, li, acc, Gr, Gi
+):  # pragma: no cover
+    # the adjoint recursion back over n samples of the lanes: output gradients gb (n, W)
+    # in, input gradients out (in place); carried section adjoints lr/li (K, W);
+    # gradient sums acc (4, W): Re/Im of the pole's, Re/Im of the gain's; scratch Gr/Gi (W,)
+    assume_distinct_arrays()
+    W = _WR
+    for i in range(n - 1, -1, -1):
+        for k in range(W):
+            g = gb[i, k]
+            Gwr = g * fr[i, k]
+            Gwi = g * fi[i, k]
+            # G_g += conj(u_K) G_w ; G_{u_K} = conj(g) G_w
+            acc[2, k] += kr[i, k] * Gwr + ki[i, k] * Gwi
+            acc[3, k] += kr[i, k] * Gwi - ki[i, k] * Gwr
+            Gr[k] = gr[k] * Gwr + gi[k] * Gwi
+            Gi[k] = gr[k] * Gwi - gi[k] * Gwr
+        for q in range(K - 1, -1, -1):
+            for k in range(W):
+                lkr = lr[q, k] + Gr[k]
+                lki = li[q, k] + Gi[k]
+                # G_p += conj(u_q[n-1]) lambda_q ; carried: conj(p) lambda_q
+                acc[0, k] += ur[q, i, k] * lkr + ui[q, i, k] * lki
+                acc[1, k] += ur[q, i, k] * lki - ui[q, i, k] * lkr
+                lr[q, k] = pr[k] * lkr + pi[k] * lki
+                li[q, k] = pr[k] * lki - pi[k] * lkr
+                Gr[k] = lkr
+                Gi[k] = lki
+        for k in range(W):
+            gb[i, k] = Gr[k]
+
+
+@njit(parallel=True, **_OPTS)
+def _res_bwd(
+    gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, gx, gpole, ggain, gzi, want_x, want_c
+):  # pragma: no cover - compiled
+    R = gy.shape[0]
+    T = gy.shape[1]
+    K = zi.shape[1]
+    W = _WR
+    nb = (T + _CKA - 1) // _CKA
+    for grp in prange((R + W - 1) // W):
+        fp = denormals_off()
+        r0, nr, rows, xr, pr, pi, gr, gi, ab, sr, si = _res_group(
+            R, grp, xrow, crow, pole, gain, mode, zi, K
+        )
+        ur = np.empty((K, _CKA, W))
+        ui = np.empty((K, _CKA, W))
+        kr = np.empty((_CKA, W))
+        ki = np.empty((_CKA, W))
+        fr = np.empty((_CKA, W))
+        fi = np.empty((_CKA, W))
+        xb = np.empty((_CKA, W))
+        gb = np.empty((_CKA, W))
+        lr = np.empty((K, W))
+        li = np.empty((K, W))
+        for k in range(W):
+            for q in range(K):
+                lr[q, k] = gzf[rows[k], q, 0]
+                li[q, k] = gzf[rows[k], q, 1]
+        acc = np.zeros((4, W))
+        Gr = np.empty(W)
+        Gi = np.empty(W)
+        for b in range(nb - 1, -1, -1):
+            t0 = b * _CKA
+            n = min(_CKA, T - t0)
+            for k in range(W):
+                for q in range(K):
+                    sr[q, k] = ck[rows[k], b, q, 0]
+                    si[q, k] = ck[rows[k], b, q, 1]
+                for i in range(n):
+                    xb[i, k] = x[xr[k], t0 + i]
+                    gb[i, k] = gy[rows[k], t0 + i]
+            _res_record(K, n, xb, pr, pi, gr, gi, ab, sr, si, ur, ui, kr, ki, fr, fi)
+            _res_adjoint(K, n, gb, pr, pi, gr, gi, ur, ui, kr, ki, fr, fi, lr, li, acc, Gr, Gi)
+            if want_x:
+                for k in range(nr):
+                    for i in range(n):
+                        gx[r0 + k, t0 + i] = gb[i, k]
+        for k in range(nr):
+            for q in range(K):
+                gzi[r0 + k, q, 0] = lr[q, k]
+                gzi[r0 + k, q, 1] = li[q, k]
+            if want_c:
+                gpole[r0 + k, 0] = acc[0, k]
+                gpole[r0 + k, 1] = acc[1, k]
+                ggain[r0 + k, 0] = acc[2, k]
+                ggain[r0 + k, 1] = acc[3, k]
+        restore_fp_mode(fp)
+
+
+def resonator_forward(
+    x: torch.Tensor,
+    xrow: torch.Tensor,
+    pole: torch.Tensor,
+    gain: torch.Tensor,
+    mode: torch.Tensor,
+    crow: torch.Tensor,
+    zi: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``x (Rx, T)``; ``pole``, ``gain`` ``(Rc, 2)`` (real, imaginary); ``mode (Rc,)``
+    (0: ``Re``, 1: ``|.|``); ``zi (R, K, 2)`` -> ``y (R, T)``, ``zf (R, K, 2)`` and the
+    backward's checkpoints ``(R, checkpoint_blocks(T), K, 2)`` float64."""
+    _threads()
+    R, T = xrow.shape[0], x.shape[1]
+    K = zi.shape[1]
+    y = torch.empty((R, T), dtype=x.dtype)
+    zf = torch.empty(zi.shape, dtype=torch.float64)
+    ck = torch.empty((R, checkpoint_blocks(T), K, 2), dtype=torch.float64)
+    _res_fwd(
+        _np(x),
+        _np(xrow),
+        _np(pole.double()),
+        _np(gain.double()),
+        _np(mode),
+        _np(crow),
+        _np(zi.double()),
+        y.numpy(),
+        zf.numpy(),
+        ck.numpy(),
+    )
+    return y, zf.to(zi.dtype), ck
+
+
+def resonator_backward(
+    gy: torch.Tensor,
+    gzf: torch.Tensor,
+    x: torch.Tensor,
+    xrow: torch.Tensor,
+    pole: torch.Tensor,
+    gain: torch.Tensor,
+    mode: torch.Tensor,
+    crow: torch.Tensor,
+    zi: torch.Tensor,
+    ck: torch.Tensor,
+    want_x: bool,
+    want_c: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row ``gx (R, T)``, ``gpole (R, 2)``, ``ggain (R, 2)``, ``gzi (R, K, 2)``
+    (complex gradients as PyTorch defines them: ``dL/dRe + i dL/dIm``)."""
+    _threads()
+    R, T = gy.shape
+    gx = torch.empty((R, T) if want_x else (R, 0), dtype=x.dtype)
+    gp = torch.zeros((R, 2), dtype=torch.float64)
+    gg = torch.zeros((R, 2), dtype=torch.float64)
+    gzi = torch.empty(zi.shape, dtype=torch.float64)
+    _res_bwd(
+        _np(gy),
+        _np(gzf.double()),
+        _np(x),
+        _np(xrow),
+        _np(pole.double()),
+        _np(gain.double()),
+        _np(mode),
+        _np(crow),
+        _np(zi.double()),
+        _np(ck),
+        gx.numpy(),
+        gp.numpy(),
+        gg.numpy(),
+        gzi.numpy(),
+        want_x,
+        want_c,
+    )
+    return gx, gp, gg, gzi
