@@ -12,8 +12,8 @@ usage, all its threads), so it holds on a shared machine where wall time does no
 * ``kaldi-fbank``: the same job with Lhotse's ``kaldi-fbank`` (``Fbank``) (no lhotse_amt import), the
   start-up of a plain PyTorch feature extractor.
 
-``--detail`` prints, per extractor, the kernels the first extract compiled and how many
-type signatures each one compiled.
+``--detail`` prints, per extractor, every kernel signature the first extract compiled (CPU
+seconds, number of ``literally`` arguments).
 
     python benchmarks/bench_cold_start.py [--models amt-dau1997 ...] [--repeat 1] [--detail]
 """
@@ -37,9 +37,23 @@ MODELS = (
 )
 
 _CHILD = r"""
-import sys
+import sys, time
 name, detail = sys.argv[1], sys.argv[2] == "1"
 import numpy as np
+if detail:  # CPU seconds of every top-level kernel compile (nested ones are inside)
+    from numba.core import event
+    stack = []
+    class Compiles(event.Listener):
+        def on_start(self, e):
+            stack.append(time.process_time())
+        def on_end(self, e):
+            t = time.process_time() - stack.pop()
+            if not stack:
+                f = e.data["dispatcher"].py_func
+                mod = f.__module__.rsplit(".", 1)[-1]
+                lits = str(e.data["args"]).count("Literal")
+                print("DETAIL", f"{mod}.{f.__name__}", f"{t:.2f}", f"literals={lits}")
+    event.register("numba:compile", Compiles())
 if name == "kaldi-fbank":
     from lhotse.features.base import FEATURE_EXTRACTORS
     ex = FEATURE_EXTRACTORS["kaldi-fbank"]()
@@ -56,17 +70,6 @@ x = (0.05 * np.random.default_rng(0).standard_normal((getattr(ex, "input_channel
 x = x.astype(np.float32)
 f = ex.extract(x, sr)
 assert np.isfinite(f).all(), name
-if detail:
-    from numba.core.registry import CPUDispatcher
-    import gc
-    rows = []
-    for d in gc.get_objects():
-        if isinstance(d, CPUDispatcher) and d.signatures:
-            mod = d.py_func.__module__.rsplit(".", 1)[-1]
-            rows.append((mod + "." + d.py_func.__name__, len(d.signatures),
-                         d.stats.cache_misses and sum(d.stats.cache_misses.values())))
-    for r in sorted(rows):
-        print("DETAIL", *r)
 """
 
 
