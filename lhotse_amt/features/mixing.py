@@ -22,6 +22,7 @@ from lhotse.utils import LOG_EPSILON
 
 __all__ = [
     "MIX_KNEE_MU",
+    "IntensityMixing",
     "KingMixing",
     "LoudnessMixing",
     "MUMixing",
@@ -88,7 +89,41 @@ def intensity_to_mu(intensity: np.ndarray) -> np.ndarray:
     return np.copysign(np.where(a == 0.0, 0.0, np.maximum(mag, 0.0)), i)  # silence exactly 0
 
 
-class MUMixing:
+class IntensityMixing:
+    """The mixing scheme every domain follows: :meth:`to_intensity` maps each value to an
+    intensity-like quantity (0 for silence), intensities are added with Lhotse's energy
+    factor, and :meth:`from_intensity` maps back (float32). ``compute_energy`` is the mean
+    intensity magnitude plus :attr:`energy_floor` (Lhotse needs a positive energy)."""
+
+    energy_floor: ClassVar[float] = 0.0
+
+    @classmethod
+    def to_intensity(cls, features: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @classmethod
+    def from_intensity(cls, intensity: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @classmethod
+    def compute_energy(cls, features: np.ndarray) -> float:
+        return float(np.mean(np.abs(cls.to_intensity(features)))) + cls.energy_floor
+
+    @classmethod
+    def mix(
+        cls, features_a: np.ndarray, features_b: np.ndarray, energy_scaling_factor_b: float
+    ) -> np.ndarray:
+        ia = cls.to_intensity(features_a)
+        ib = cls.to_intensity(features_b)
+        return cls.from_intensity(ia + float(energy_scaling_factor_b) * ib).astype(np.float32)
+
+    @classmethod
+    def scale(cls, features: np.ndarray, energy_scaling_factor: float) -> np.ndarray:
+        i = float(energy_scaling_factor) * cls.to_intensity(features)
+        return cls.from_intensity(i).astype(np.float32)
+
+
+class MUMixing(IntensityMixing):
     """Feature-domain mixing hooks for model-unit features.
 
     Each value is mapped to a signed intensity by :func:`mu_to_intensity`, the intensities
@@ -97,23 +132,16 @@ class MUMixing:
     negative ones included (``scale(a, 1) == a`` to rounding).
     """
 
-    @staticmethod
-    def compute_energy(features: np.ndarray) -> float:
-        # mean intensity magnitude; Lhotse requires a positive energy (silence: the minimum
-        # level's intensity)
-        return float(np.mean(np.abs(mu_to_intensity(features)))) + _MINLVL**2
+    #: energy of silence (the minimum level's intensity; Lhotse needs a positive energy)
+    energy_floor: ClassVar[float] = _MINLVL**2
 
-    @staticmethod
-    def mix(
-        features_a: np.ndarray, features_b: np.ndarray, energy_scaling_factor_b: float
-    ) -> np.ndarray:
-        ia = mu_to_intensity(features_a)
-        ib = mu_to_intensity(features_b)
-        return intensity_to_mu(ia + energy_scaling_factor_b * ib).astype(np.float32)
+    @classmethod
+    def to_intensity(cls, features: np.ndarray) -> np.ndarray:
+        return mu_to_intensity(features)
 
-    @staticmethod
-    def scale(features: np.ndarray, energy_scaling_factor: float) -> np.ndarray:
-        return intensity_to_mu(energy_scaling_factor * mu_to_intensity(features)).astype(np.float32)
+    @classmethod
+    def from_intensity(cls, intensity: np.ndarray) -> np.ndarray:
+        return intensity_to_mu(intensity)
 
 
 #: compression exponent and knee amplitude (30 dB SPL on the 100-dB scale) assumed by the
@@ -141,7 +169,7 @@ def _king_from_intensity(intensity: np.ndarray) -> np.ndarray:
     return np.copysign(comp, intensity).astype(np.float32)
 
 
-class KingMixing:
+class KingMixing(IntensityMixing):
     """Feature-domain mixing hooks of ``amt-king2019`` (approximations; see
     :class:`~lhotse_amt.features.king2019.King2019Extractor`). Lhotse calls them on a
     default-config extractor, so they treat every column alike: each value is expanded by
@@ -151,21 +179,15 @@ class KingMixing:
     (proportional to the sound's power for a stationary sound), so Lhotse's SNR gains act
     on the sound's power."""
 
-    @staticmethod
-    def compute_energy(features: np.ndarray) -> float:
-        return float(np.mean(np.abs(_king_to_intensity(features)))) + _KING_KNEE**2 * 1e-6
+    energy_floor: ClassVar[float] = _KING_KNEE**2 * 1e-6
 
-    @staticmethod
-    def mix(
-        features_a: np.ndarray, features_b: np.ndarray, energy_scaling_factor_b: float
-    ) -> np.ndarray:
-        ia = _king_to_intensity(features_a)
-        ib = _king_to_intensity(features_b)
-        return _king_from_intensity(ia + float(energy_scaling_factor_b) * ib)
+    @classmethod
+    def to_intensity(cls, features: np.ndarray) -> np.ndarray:
+        return _king_to_intensity(features)
 
-    @staticmethod
-    def scale(features: np.ndarray, energy_scaling_factor: float) -> np.ndarray:
-        return _king_from_intensity(float(energy_scaling_factor) * _king_to_intensity(features))
+    @classmethod
+    def from_intensity(cls, intensity: np.ndarray) -> np.ndarray:
+        return _king_from_intensity(intensity)
 
 
 #: the mid-level specific-loudness law the mixing hooks invert: A and alpha of the channels
@@ -174,7 +196,7 @@ _MIX_A = 4.72096
 _MIX_ALPHA = 0.2
 
 
-class LoudnessMixing:
+class LoudnessMixing(IntensityMixing):
     """Feature-domain mixing hooks of specific loudness: each value ``N'`` is mapped back to
     an excitation by inverting the mid-level specific-loudness law ``N' = C [(E + A)^alpha -
     A^alpha]`` (Moore, Glasberg & Baer 1997, Eq. 3) with the constants of the channels above
@@ -185,33 +207,17 @@ class LoudnessMixing:
     per unit of the law)."""
 
     mix_c: ClassVar[float] = 0.046871
+    energy_floor: ClassVar[float] = 1e-20
 
     @classmethod
-    def _to_energy(cls, features: np.ndarray) -> np.ndarray:
+    def to_intensity(cls, features: np.ndarray) -> np.ndarray:
         v = np.maximum(np.asarray(features, dtype=np.float64), 0.0)
         a_alpha = _MIX_A**_MIX_ALPHA
         e = (v / cls.mix_c + a_alpha) ** (1.0 / _MIX_ALPHA) - _MIX_A
         return np.where(v > 0.0, np.maximum(e, 0.0), 0.0)  # silence exactly 0
 
     @classmethod
-    def _from_energy(cls, energy: np.ndarray) -> np.ndarray:
+    def from_intensity(cls, energy: np.ndarray) -> np.ndarray:
         e = np.maximum(energy, 0.0)
         n = cls.mix_c * ((e + _MIX_A) ** _MIX_ALPHA - _MIX_A**_MIX_ALPHA)
         return np.maximum(n, 0.0).astype(np.float32)
-
-    @classmethod
-    def compute_energy(cls, features: np.ndarray) -> float:
-        # Lhotse needs a positive value; silence gets a tiny floor
-        return float(np.mean(cls._to_energy(features))) + 1e-20
-
-    @classmethod
-    def mix(
-        cls, features_a: np.ndarray, features_b: np.ndarray, energy_scaling_factor_b: float
-    ) -> np.ndarray:
-        ea = cls._to_energy(features_a)
-        eb = cls._to_energy(features_b)
-        return cls._from_energy(ea + energy_scaling_factor_b * eb)
-
-    @classmethod
-    def scale(cls, features: np.ndarray, energy_scaling_factor: float) -> np.ndarray:
-        return cls._from_energy(energy_scaling_factor * cls._to_energy(features))

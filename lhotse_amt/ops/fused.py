@@ -30,6 +30,7 @@ boundary as :class:`KernelState` (named arrays in the kernel's own layout).
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,6 +135,47 @@ class KernelState:
         return KernelState(self.keys, tuple(arrays))
 
 
+def _pooled_operator(
+    name: str, kernel: Callable[..., Any], keys: dict[int, tuple[str, ...]], bands: Any
+) -> Callable[..., tuple[Tensor, KernelState]]:
+    """Define the pooled operator ``lhotse_amt::name`` of a fused chain (``kernel``: its
+    block-sum function; ``keys``: the names of its state arrays by their number;
+    ``bands(plan)``: bands per channel of the sums) and return its caller
+    ``(plan, x, state, hop, ends, square) -> (sums, new state)``."""
+
+    @_cpu_op(
+        f"{name}(Tensor x, int plan, Tensor[] state, int hop, int[] ends, bool square)"
+        " -> (Tensor, Tensor[])"
+    )
+    def op(
+        x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
+    ) -> tuple[Tensor, list[Tensor]]:
+        p = _plan(plan)
+        k = _state_keys(keys, state)
+        sums, new = kernel(p, x, dict(zip(k, (s.numpy() for s in state))), hop, ends, square)
+        return sums.contiguous(), [torch.from_numpy(new[n]) for n in k]
+
+    @_fake(name)
+    def _(
+        x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
+    ) -> tuple[Tensor, list[Tensor]]:
+        p = _plan(plan)
+        nblk = -(-x.shape[-1] // hop)
+        sums = x.new_empty((x.shape[0], p.C, bands(p), nblk), dtype=torch.float64)
+        return sums, [torch.empty_like(s) for s in state]
+
+    def call(
+        plan: Any, x: Tensor, state: KernelState | None, hop: int, ends: list[int], square: bool
+    ) -> tuple[Tensor, KernelState]:
+        if state is None:  # the rest state in the layout of the kernel that will run
+            _, st = kernel(plan, x[:, :0], None, hop, [0] * x.shape[0], square)
+            state = KernelState.from_arrays(st)
+        sums, new = op(x, plan_handle(plan), list(state.arrays), hop, ends, square)
+        return sums, state.replace(new)
+
+    return call
+
+
 # --------------------------------------------------------------------------------------
 # Dau1997 / Osses2021: gammatone, IHC, adaptation loops, modulation filterbank
 # --------------------------------------------------------------------------------------
@@ -174,33 +216,9 @@ def _gammatone_poles(model: torch.nn.Module) -> tuple[Tensor, Tensor]:
     return gammatone_poles(fb.fc.double(), fb.fs, fb.n, fb.erb_scale.double())
 
 
-@_cpu_op(
-    "casp_pooled(Tensor x, int plan, Tensor[] state, int hop, int[] ends, bool square)"
-    " -> (Tensor, Tensor[])"
-)
-def _casp_pooled(
-    x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
-) -> tuple[Tensor, list[Tensor]]:
-    p = _plan(plan)
-    keys = _state_keys(_CASP_KEYS, state)
-    sums, new = _casp.casp_pooled(
-        p, x, dict(zip(keys, (s.numpy() for s in state))), hop, ends, square
-    )
-    return sums.contiguous(), [torch.from_numpy(new[k]) for k in keys]
-
-
-@_fake("casp_pooled")
-def _(
-    x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
-) -> tuple[Tensor, list[Tensor]]:
-    p = _plan(plan)
-    nblk = -(-x.shape[-1] // hop)
-    sums = x.new_empty((x.shape[0], p.C, p.M1, nblk), dtype=torch.float64)
-    return sums, [torch.empty_like(s) for s in state]
-
-
 #: state keys of the channel-vectorised kernel (8 arrays) and of the register kernel (2)
 _CASP_KEYS = {8: ("gre", "gim", "ihc", "adapt", "pre", "lp", "xr", "xi"), 2: ("front", "mod")}
+_casp_pooled = _pooled_operator("casp_pooled", _casp.casp_pooled, _CASP_KEYS, lambda p: p.M1)
 
 
 def casp_pooled(
@@ -210,11 +228,7 @@ def casp_pooled(
     input) from ``state`` (``None``: rest), summed over blocks of ``hop`` samples (samples
     at or after ``ends[b]`` unused). Returns sums ``(B, C, M + 1, ceil(T / hop))`` float64
     (of squares if ``square``; 0 for bands a channel lacks) and the new state."""
-    if state is None:  # the rest state in the layout of the kernel that will run
-        _, st = _casp.casp_pooled(plan, x[:, :0], None, hop, [0] * x.shape[0], square)
-        state = KernelState.from_arrays(st)
-    sums, new = _casp_pooled(x, plan_handle(plan), list(state.arrays), hop, ends, square)
-    return sums, state.replace(new)
+    return _casp_pooled(plan, x, state, hop, ends, square)
 
 
 @_cpu_op("casp_samples_(Tensor x, Tensor(a!) out, int plan) -> ()")
@@ -249,29 +263,7 @@ def king_plan(model: torch.nn.Module, gain: np.ndarray, use_abs: np.ndarray, pre
 _KING_KEYS = {5: ("gre", "gim", "ihc", "post", "bank"), 1: ("front",)}
 
 
-@_cpu_op(
-    "king_pooled(Tensor x, int plan, Tensor[] state, int hop, int[] ends, bool square)"
-    " -> (Tensor, Tensor[])"
-)
-def _king_pooled(
-    x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
-) -> tuple[Tensor, list[Tensor]]:
-    p = _plan(plan)
-    keys = _state_keys(_KING_KEYS, state)
-    sums, new = _king.king_pooled(
-        p, x, dict(zip(keys, (s.numpy() for s in state))), hop, ends, square
-    )
-    return sums.contiguous(), [torch.from_numpy(new[k]) for k in keys]
-
-
-@_fake("king_pooled")
-def _(
-    x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
-) -> tuple[Tensor, list[Tensor]]:
-    p = _plan(plan)
-    nblk = -(-x.shape[-1] // hop)
-    sums = x.new_empty((x.shape[0], p.C, p.M, nblk), dtype=torch.float64)
-    return sums, [torch.empty_like(s) for s in state]
+_king_pooled = _pooled_operator("king_pooled", _king.king_pooled, _KING_KEYS, lambda p: p.M)
 
 
 def king_pooled(
@@ -279,11 +271,7 @@ def king_pooled(
 ) -> tuple[Tensor, KernelState]:
     """Operator ``lhotse_amt::king_pooled``: as :func:`casp_pooled` for the King2019 chain;
     sums ``(B, C, M, ceil(T / hop))``."""
-    if state is None:
-        _, st = _king.king_pooled(plan, x[:, :0], None, hop, [0] * x.shape[0], square)
-        state = KernelState.from_arrays(st)
-    sums, new = _king_pooled(x, plan_handle(plan), list(state.arrays), hop, ends, square)
-    return sums, state.replace(new)
+    return _king_pooled(plan, x, state, hop, ends, square)
 
 
 @_cpu_op("king_samples_(Tensor x, Tensor(a!) out, int plan, int[] pi_bands) -> ()")
