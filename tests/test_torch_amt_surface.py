@@ -471,16 +471,23 @@ def test_fast_king2019_modulation_filterbank_equals_exact(dtype: torch.dtype) ->
     assert fast.sos_stack.shape == (fast.num_filters, 2, 6)
 
 
-def test_fast_classes_not_slower() -> None:
+def test_fast_classes_run_the_exact_path() -> None:
+    """The Fast* classes run their exact counterpart's forward (one compiled pass over all
+    channels and bands), so they are as fast, not an approximation of it."""
+    assert lhotse_amt.FastModulationFilterbank.forward is lhotse_amt.ModulationFilterbank.forward
+    assert (
+        lhotse_amt.FastKing2019ModulationFilterbank.forward
+        is lhotse_amt.King2019ModulationFilterbank.forward
+    )
     fc = torch.linspace(100, 8000, 31)
-    x = torch.randn(2, 31, 16000, generator=torch.Generator().manual_seed(4))
+    x = torch.randn(1, 31, 8000, generator=torch.Generator().manual_seed(4))
     exact = lhotse_amt.ModulationFilterbank(16000, fc, preset="jepsen2008")
     fast = lhotse_amt.FastModulationFilterbank(16000, fc, preset="jepsen2008")
-    assert _best_time(lambda: fast(x)) <= 1.5 * _best_time(lambda: exact(x))
-    xk = torch.randn(2, 31, 16000, generator=torch.Generator().manual_seed(5))
-    k_exact = lhotse_amt.King2019ModulationFilterbank(16000)
-    k_fast = lhotse_amt.FastKing2019ModulationFilterbank(16000)
-    assert _best_time(lambda: k_fast(xk)) <= 1.5 * _best_time(lambda: k_exact(xk))
+    t_exact, t_fast = float("inf"), float("inf")
+    for _ in range(5):  # interleaved, best of 5: a loose bound on a shared machine
+        t_exact = min(t_exact, _best_time(lambda: exact(x), repeats=1))
+        t_fast = min(t_fast, _best_time(lambda: fast(x), repeats=1))
+    assert t_fast <= 2.0 * t_exact
 
 
 @pytest.mark.parametrize(
