@@ -119,7 +119,7 @@ def _lower_branch(
             v = s[..., None, c0:c1] * h
         else:
             v = s[..., :kmax, None] * h
-        v = v.clamp(min=-80.0)
+        v = v.clamp_(min=-80.0)
         e = torch.exp(v)
         w = torch.addcmul(e, v, e, value=-1.0)  # (1 + u) exp(-u)
         out.append((intensity[..., None, :kmax] @ w).squeeze(-2))
