@@ -13,7 +13,6 @@ import contextlib
 import inspect
 import io
 import re
-import time
 import traceback
 from pathlib import Path
 
@@ -420,16 +419,6 @@ def test_ihc_paulick_forward_vel_keyword() -> None:
     torch.testing.assert_close(ihc(vel=vel * 1e-4), ihc(vel * 1e-4), rtol=0, atol=0)
 
 
-def _best_time(fn, repeats: int = 7) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 @pytest.mark.parametrize("preset", ["dau1997", "jepsen2008"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_fast_modulation_filterbank_equals_exact(preset: str, dtype: torch.dtype) -> None:
@@ -473,21 +462,13 @@ def test_fast_king2019_modulation_filterbank_equals_exact(dtype: torch.dtype) ->
 
 def test_fast_classes_run_the_exact_path() -> None:
     """The Fast* classes run their exact counterpart's forward (one compiled pass over all
-    channels and bands), so they are as fast, not an approximation of it."""
+    channels and bands), so they are as fast as it, not an approximation of it (speed:
+    ``benchmarks/``, never a timed test)."""
     assert lhotse_amt.FastModulationFilterbank.forward is lhotse_amt.ModulationFilterbank.forward
     assert (
         lhotse_amt.FastKing2019ModulationFilterbank.forward
         is lhotse_amt.King2019ModulationFilterbank.forward
     )
-    fc = torch.linspace(100, 8000, 31)
-    x = torch.randn(1, 31, 8000, generator=torch.Generator().manual_seed(4))
-    exact = lhotse_amt.ModulationFilterbank(16000, fc, preset="jepsen2008")
-    fast = lhotse_amt.FastModulationFilterbank(16000, fc, preset="jepsen2008")
-    t_exact, t_fast = float("inf"), float("inf")
-    for _ in range(5):  # interleaved, best of 5: a loose bound on a shared machine
-        t_exact = min(t_exact, _best_time(lambda: exact(x), repeats=1))
-        t_fast = min(t_fast, _best_time(lambda: fast(x), repeats=1))
-    assert t_fast <= 2.0 * t_exact
 
 
 @pytest.mark.parametrize(
