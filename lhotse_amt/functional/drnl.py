@@ -56,11 +56,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.signal
 import torch
 from torch import Tensor
 
 from .._validation import check_choice, check_int, check_rate, check_signal
+from .butter import butter
 from .iir import resolve_backend, sosfilt
 
 __all__ = [
@@ -193,7 +193,7 @@ def butter_lowpass_sos(cutoff: np.ndarray, fs: float, n_sections: int) -> np.nda
     cutoff = _check_freqs("cutoff", cutoff)
     if (cutoff >= fs / 2.0).any():
         raise ValueError(f"cutoff must lie below fs/2 = {fs / 2:g} Hz, got max {cutoff.max():g}")
-    secs = [scipy.signal.butter(2, c / (fs / 2.0), output="sos")[0] for c in cutoff]
+    secs = [butter(2, c / (fs / 2.0), output="sos")[0] for c in cutoff]
     return np.repeat(np.stack(secs)[:, None, :], n_sections, axis=1)
 
 

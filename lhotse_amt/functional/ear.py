@@ -41,7 +41,6 @@ from functools import lru_cache
 from importlib import resources
 
 import numpy as np
-import scipy.signal
 import torch
 from torch import Tensor
 
@@ -268,6 +267,8 @@ def fir_filter(
     ):
         # eager CPU inference: scipy's overlap-add FFT convolution on the calling thread
         # (torch's FFTs and pads open thread pools that oversubscribe a busy machine)
+        import scipy.signal  # deferred: its import costs ~0.5 CPU-s
+
         xn = xx.detach().numpy()
         hn = h.detach().numpy().reshape((1,) * (xn.ndim - 1) + (N,))
         yn = scipy.signal.oaconvolve(xn, hn, mode="full", axes=-1)[..., N - 1 : N - 1 + T]

@@ -18,11 +18,11 @@ method             cut-off Hz  iterations  source
 from __future__ import annotations
 
 import numpy as np
-import scipy.signal
 import torch
 from torch import Tensor
 
 from .._validation import check_signal
+from .butter import butter
 from .iir import sosfilt
 
 __all__ = ["IHC_PRESETS", "ihc_lowpass_sos", "ihc_envelope"]
@@ -39,7 +39,7 @@ def ihc_lowpass_sos(fs: float, cutoff: float, order: int = 1, iterations: int = 
     """SOS ``(n_sections, 6)`` of the IHC low-pass: ``iterations`` Butterworth filters in series."""
     if not 0 < cutoff < fs / 2:
         raise ValueError(f"IHC cut-off {cutoff} Hz must lie in (0, fs/2 = {fs / 2:g} Hz)")
-    sos = scipy.signal.butter(order, cutoff / (fs / 2.0), output="sos")
+    sos = butter(order, cutoff / (fs / 2.0), output="sos")
     return np.concatenate([sos] * iterations, axis=0)
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.signal
 import torch
 from torch import Tensor
 
@@ -38,6 +37,7 @@ from .._validation import (
 )
 from ..kernels import hilbert as _hilbert
 from ..kernels.hilbert import hilbert_rows_, phase_insensitivity_cpu_
+from .butter import butter
 from .iir import lti_filter, resolve_backend, sosfilt
 
 __all__ = [
@@ -104,10 +104,7 @@ def king2019_modulation_sos(
     f1, f2 = king2019_band_edges(mfc, qfactor)
     _check_edges(fs, f2)
     return np.stack(
-        [
-            scipy.signal.butter(order, [a, b], "bandpass", fs=fs, output="sos")
-            for a, b in zip(f1, f2)
-        ]
+        [butter(order, [a, b], "bandpass", fs=fs, output="sos") for a, b in zip(f1, f2)]
     )
 
 
@@ -119,9 +116,7 @@ def king2019_modulation_tf(
     check_int("order", order, min=1)
     f1, f2 = king2019_band_edges(mfc, qfactor)
     _check_edges(fs, f2)
-    ba = [
-        scipy.signal.butter(order, [a / (fs / 2), b / (fs / 2)], "bandpass") for a, b in zip(f1, f2)
-    ]
+    ba = [butter(order, [a / (fs / 2), b / (fs / 2)], "bandpass") for a, b in zip(f1, f2)]
     return np.stack([b for b, _ in ba]), np.stack([a for _, a in ba])
 
 

@@ -30,11 +30,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.signal
 import torch
 from torch import Tensor
 
 from .._validation import check_signal
+from .butter import butter
 from .iir import one_pole_cascade, resolve_backend, sosfilt
 
 __all__ = [
@@ -112,8 +112,13 @@ def _efilt_terms(mfc: float, fs: float, Q: float) -> tuple[list, list, complex]:
 
 def _butter_terms(mfc: float, fs: float, Q: float) -> tuple[list, list, complex]:
     bw = 5.0 if mfc < 10.0 else mfc / Q
-    b, a = scipy.signal.butter(2, (bw / 2.0) / (fs / 2.0))
-    r, p, k = scipy.signal.residuez(b, a)
+    b, a = butter(2, (bw / 2.0) / (fs / 2.0))
+    # partial fractions b(z)/a(z) = k + sum_i r_i / (1 - p_i z^-1) of the two-pole filter
+    # (distinct conjugate poles; the z^-2 terms give the direct term k)
+    k = [b[2] / a[2]]
+    c0, c1 = b[0] - k[0] * a[0], b[1] - k[0] * a[1]
+    p = np.roots(a)
+    r = [(c0 + c1 / p[i]) / (1.0 - p[1 - i] / p[i]) for i in range(2)]
     rot = complex(math.cos(2 * math.pi * mfc / fs), math.sin(2 * math.pi * mfc / fs))
     # H(z e^{-i w0}): poles rotate, residues stay; factor 2 as for efilt
     direct = 2.0 * complex(k[0]) if len(k) else 0j
@@ -162,8 +167,8 @@ def design_modulation_bank(
             direct[c, k] = d
             use_abs[c, k] = f > 10.0
             scale[c, k] = att_factor if f > 10.0 else 1.0
-    lp_sos = scipy.signal.butter(2, lp_cutoff / (fs / 2.0), output="sos")
-    pre = scipy.signal.butter(1, 150.0 / (fs / 2.0), output="sos") if lp150 else None
+    lp_sos = butter(2, lp_cutoff / (fs / 2.0), output="sos")
+    pre = butter(1, 150.0 / (fs / 2.0), output="sos") if lp150 else None
     return ModulationBankDesign(
         fs=fs,
         mfc=mfc,

@@ -15,7 +15,6 @@ import math
 from fractions import Fraction
 
 import numpy as np
-import scipy.signal
 import torch
 from torch import Tensor
 
@@ -51,6 +50,8 @@ def resample_poly(x: Tensor, up: int, down: int) -> Tensor:
     n_out = T * up // down + int(T * up % down != 0)
     max_rate = max(up, down)
     half = 10 * max_rate
+    import scipy.signal  # deferred: its import costs ~0.5 CPU-s
+
     h = scipy.signal.firwin(2 * half + 1, 1.0 / max_rate, window=("kaiser", 5.0)) * up
     lead = x.shape[:-1]
     xf = x.reshape(-1, 1, T)

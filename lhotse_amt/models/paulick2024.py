@@ -56,7 +56,6 @@ from importlib import resources
 from typing import Any
 
 import numpy as np
-import scipy.signal
 import torch
 from torch import Tensor, nn
 
@@ -98,6 +97,8 @@ def casp_ear_fir(fs: float, outer: bool = True, middle: bool = True) -> np.ndarr
         if abs(fs - fs_i) < 1e-9 and f"{key}_fs{fs_i}" in tab:
             g = tab[f"{key}_fs{fs_i}"]
         else:
+            import scipy.signal  # deferred: its import costs ~0.5 CPU-s
+
             ref = tab[f"{key}_fs44100"]
             w, H = scipy.signal.freqz(ref, worN=4097, fs=44100.0)
             mag = np.abs(H)
@@ -206,6 +207,8 @@ class FIRDecimator(nn.Module):
         if self.factor == 1:
             h = np.ones(1)
         else:
+            import scipy.signal  # deferred: its import costs ~0.5 CPU-s
+
             h = scipy.signal.firwin(
                 taps_per_phase * self.factor + 1,
                 cutoff * fs / (2.0 * self.factor),

@@ -126,13 +126,13 @@ class ButterworthFilter(nn.Module):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        import scipy.signal
+        from ..functional.butter import butter
 
         if not 0 < fc < fs / 2:
             raise ValueError(f"cut-off {fc} Hz must lie in (0, fs/2 = {fs / 2:g} Hz)")
         self.fs, self.fc, self.order, self.btype = float(fs), float(fc), int(order), btype
         sos = torch.as_tensor(
-            scipy.signal.butter(order, fc / (fs / 2), btype, output="sos"), dtype=torch.float64
+            butter(order, fc / (fs / 2), btype, output="sos"), dtype=torch.float64
         )
         if learnable:
             self.sos = nn.Parameter(sos)
