@@ -1,0 +1,37 @@
+"""``import lhotse_amt`` stays cheap: it registers the ``amt-*`` extractors with Lhotse
+without importing scipy.signal (about half a CPU-second) or plotting/Triton modules; the
+models design their filters with :func:`lhotse_amt.functional.butter.butter`. Runs in a
+fresh interpreter, since modules stay imported for the life of a process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+_CHILD = r"""
+import json, sys
+import lhotse.features.base as base
+import lhotse_amt
+heavy = ("scipy.signal", "scipy.stats", "matplotlib", "triton")
+print(json.dumps({
+    "registered": sorted(k for k in base.FEATURE_EXTRACTORS if k.startswith("amt-")),
+    "heavy": [m for m in heavy if m in sys.modules],
+}))
+"""
+
+
+def test_import_registers_extractors_without_heavy_modules() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD], capture_output=True, text=True, check=True, timeout=300
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["registered"] == [
+        "amt-dau1997",
+        "amt-glasberg2002",
+        "amt-king2019",
+        "amt-moore2016",
+        "amt-osses2021",
+        "amt-paulick2024",
+    ]
+    assert result["heavy"] == []
