@@ -355,7 +355,7 @@ def test_king_phase_insensitivity_routes(seconds, cutoff, routes, simd, monkeypa
     FFT per band output to rounding, in float64 and float32; the envelopes by the
     register kernel (8 channels per vector) and by the channel-vectorised one."""
     from lhotse_amt.kernels import king2019 as kk
-    from lhotse_amt.kernels import king2019_simd, modbank_simd
+    from lhotse_amt.kernels import king2019_envelope, king2019_envelope_simd, modbank_simd
 
     monkeypatch.setattr(modbank_simd, "ENABLED", simd)
     used = set()
@@ -363,7 +363,8 @@ def test_king_phase_insensitivity_routes(seconds, cutoff, routes, simd, monkeypa
     monkeypatch.setattr(
         kk, "phase_insensitivity_cpu_", lambda *a: used.add("direct") or per_band(*a)
     )
-    kernel = (king2019_simd, "envelopes") if simd else (kk, "_envelope_batch")
+    simd_env = (king2019_envelope_simd, "envelopes")
+    kernel = simd_env if simd else (king2019_envelope, "_envelope_batch")
     orig = getattr(*kernel)
     monkeypatch.setattr(*kernel, lambda *a: used.add("linear") or orig(*a))
     x = torch.from_numpy(np.stack([_signal(seconds), 0.5 * _signal(seconds, seed=3)])).double()
@@ -385,11 +386,11 @@ def test_king_envelope_kernels_agree(monkeypatch) -> None:
     """The register envelope kernel equals the channel-vectorised one to rounding (its
     fused multiply-adds), for 23 channels (three blocks of 8, a padding lane), float64 and
     float32, over a length that is not a multiple of its chunk or tile."""
-    from lhotse_amt.kernels import king2019_simd, modbank_simd
+    from lhotse_amt.kernels import king2019_envelope_simd, modbank_simd
 
     calls = []
-    orig = king2019_simd.envelopes
-    monkeypatch.setattr(king2019_simd, "envelopes", lambda *a: calls.append(1) or orig(*a))
+    orig = king2019_envelope_simd.envelopes
+    monkeypatch.setattr(king2019_envelope_simd, "envelopes", lambda *a: calls.append(1) or orig(*a))
 
     x = torch.from_numpy(np.stack([_signal(1.3), 0.2 * _signal(1.3, seed=5)]))
     x = x[:, :-3]
@@ -429,7 +430,7 @@ def test_king_wrap_basis_identity() -> None:
         _, zt = scipy.signal.sosfilt(sos, hu[N - L :], zi=np.zeros((len(sos), 2)))
         zp = (Q @ zt.reshape(-1)).reshape(zt.shape)
         h = scipy.signal.sosfilt(sos, hu, zi=zp)[0]
-        G = kk.wrap_basis(plan, [m], N)[0].numpy()  # (S, N)
+        G = kk.wrap_basis(plan.bank, [m], N)[0].numpy()  # (S, N)
         for s in range(len(sos)):
             h -= zf[s, 0] * G[s] + zf[s, 1] * np.roll(G[s], 1)
         ref = hilbert_transform(torch.from_numpy(b)).numpy()

@@ -28,6 +28,7 @@ float32 sqrt and division run 3-4 times faster than float64 on x86 SIMD units.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -274,6 +275,19 @@ def fused_supported(model: torch.nn.Module) -> bool:
     )
 
 
+def gammatone_lanes(
+    pole: torch.Tensor, gain: torch.Tensor
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The gammatone of ``C`` channels (complex ``pole`` and real ``gain`` ``(C,)``) on
+    ``P = _pad8(C)`` lanes: the lane -> channel map ``(P,)`` (padding lanes repeat channel
+    0) and the pole's real and imaginary parts and twice the gain per lane (float64)."""
+    p = pole.detach().cpu().numpy().astype(np.complex128)
+    C = p.shape[0]
+    pad = np.r_[np.arange(C), np.zeros(_pad8(C) - C, np.int64)]
+    g2 = np.ascontiguousarray(2.0 * gain.detach().cpu().numpy().astype(np.float64)[pad])
+    return pad, np.ascontiguousarray(p.real[pad]), np.ascontiguousarray(p.imag[pad]), g2
+
+
 class CASPPooledPlan:
     """Coefficients of the fused kernel for one model, laid out once (per model and
     hop; reuse it for every chunk).
@@ -297,15 +311,9 @@ class CASPPooledPlan:
         adaptation: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     ) -> None:
         fb, mod, ad = model.filterbank, model.modulation, model.adaptation
-        pole, gain = gammatone
-        p = pole.detach().cpu().numpy().astype(np.complex128)
-        C = p.shape[0]
-        P = _pad8(C)
-        pad = np.r_[np.arange(C), np.zeros(P - C, np.int64)]
+        pad, self.pr, self.pi, self.g2 = gammatone_lanes(*gammatone)
+        C, P = len(gammatone[0]), len(pad)
         self.C, self.P, self.K, self.precise = C, P, int(fb.n), bool(precise)
-        self.pr = np.ascontiguousarray(p.real[pad])
-        self.pi = np.ascontiguousarray(p.imag[pad])
-        self.g2 = np.ascontiguousarray(2.0 * gain.detach().cpu().numpy().astype(np.float64)[pad])
         self.ihc = np.ascontiguousarray(model.ihc.sos.detach().cpu().numpy().astype(np.float64))
         # adaptation loops
         minlvl = 10.0 ** ((ad.minspl - ad.dboffset) / 20.0)
@@ -397,6 +405,37 @@ class CASPPooledPlan:
         }
 
 
+def pooled_start(
+    plan: Any,
+    register: Any,
+    x: torch.Tensor,
+    state: dict[str, np.ndarray] | None,
+    hop: int,
+    ends: list[int],
+    square: bool,
+) -> tuple[
+    np.ndarray,
+    np.ndarray,
+    tuple[torch.Tensor, dict[str, np.ndarray]] | None,
+    dict[str, np.ndarray] | None,
+]:
+    """The start shared by the pooled fused chains: ``x (B, T)`` as float64 rows and
+    ``ends`` as int64; then either the result of the register kernel module ``register``
+    (its ``supported``/``pooled``; float32 models, and a stream stays with the kernel
+    that started it, whose state layout differs) or, for the channel-vectorised kernel,
+    a copy of ``state`` (``None``: ``plan.initial_state``)."""
+    _threads()
+    xn = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
+    ends_a = np.asarray(ends, np.int64)
+    simd = modbank_simd.ENABLED if state is None else "front" in state
+    if simd and register.supported(plan):
+        sums, new = register.pooled(plan, xn, state, hop, ends_a, square)
+        return xn, ends_a, (torch.from_numpy(sums), new), None
+    B = xn.shape[0]
+    st = plan.initial_state(B) if state is None else {k: v.copy() for k, v in state.items()}
+    return xn, ends_a, None, st
+
+
 def casp_pooled(
     plan: CASPPooledPlan,
     x: torch.Tensor,
@@ -414,21 +453,15 @@ def casp_pooled(
     that of :func:`lhotse_amt.kernels.casp_simd.pooled` for float32 models; the input
     state is not modified).
     """
-    _threads()
-    xn = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
-    # the register kernel (float32 models) keeps its own state layout: a stream stays
-    # with the kernel that started it
-    simd = modbank_simd.ENABLED if state is None else "front" in state
-    if simd and casp_simd.supported(plan):
-        sums, new = casp_simd.pooled(plan, xn, state, hop, np.asarray(ends, np.int64), square)
-        return torch.from_numpy(sums), new
+    xn, ends_a, done, st = pooled_start(plan, casp_simd, x, state, hop, ends, square)
+    if done is not None:
+        return done
     B, T = xn.shape
-    st = plan.initial_state(B) if state is None else {k: v.copy() for k, v in state.items()}
     nblk = -(-T // hop)
     sums = np.zeros((B, nblk, plan.P + plan.L))
     p = plan
     _casp_batch(
-        xn, np.asarray(ends, np.int64), int(hop), bool(square), p.precise,
+        xn, ends_a, int(hop), bool(square), p.precise,
         p.pr, p.pi, p.g2, st["gre"], st["gim"],
         p.ihc, st["ihc"],
         p.aa, p.ab, p.am, p.aq, st["adapt"], p.minlvl, p.use_limit, p.off, p.scale,

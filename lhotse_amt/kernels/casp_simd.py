@@ -29,6 +29,8 @@ multiply-adds (the outputs agree to float32 rounding).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from llvmlite import ir
 from numba import literally, njit, prange, types
@@ -50,18 +52,32 @@ _N_LOOP = 6  # per adaptation loop: a, 1 - a, 2 m, m - 1, -2 / m, m
 _GROUP = 4
 
 
-def _layout(K: int, SI: int, J: int) -> dict[str, int]:
+class _Layout(NamedTuple):
     """Rows of the front parameter block ``P (NB, NP, 8)`` and state block ``Z (NB, NZ,
     8)``."""
-    o = {"pr": 0, "pi": 1, "g2": 2, "minlvl": 3, "ihc": 4}
-    o["loops"] = o["ihc"] + 5 * SI
-    o["off"] = o["loops"] + _N_LOOP * J
-    o["scale"] = o["off"] + 1
-    o["NP"] = o["scale"] + 1
-    o["gre"], o["gim"], o["zihc"] = 0, K, 2 * K
-    o["s"] = o["zihc"] + 2 * SI
-    o["NZ"] = o["s"] + J
-    return o
+
+    pr: int
+    pi: int
+    g2: int
+    minlvl: int
+    ihc: int
+    loops: int
+    off: int
+    scale: int
+    NP: int
+    gre: int
+    gim: int
+    zihc: int
+    s: int
+    NZ: int
+
+
+def _layout(K: int, SI: int, J: int) -> _Layout:
+    """The :class:`_Layout` of ``K`` gammatone stages, ``SI`` IHC sections, ``J`` loops."""
+    loops = 4 + 5 * SI
+    off = loops + _N_LOOP * J
+    s = 2 * K + 2 * SI
+    return _Layout(0, 1, 2, 3, 4, loops, off, off + 1, off + 2, 0, K, 2 * K, s, s + J)
 
 
 @intrinsic
@@ -89,8 +105,8 @@ def _gt8(typingctx, x, n0, nt, P, Z, buf, blk, g, K, SI, J):  # noqa: ANN001
         def par(row: int) -> ir.Value:
             return vb.load(pp, row)
 
-        slots = {r: vb.var(vb.load(zp, r)) for r in range(lay["s"])}
-        pr, pim, g2, floor = par(lay["pr"]), par(lay["pi"]), par(lay["g2"]), par(lay["minlvl"])
+        slots = {r: vb.var(vb.load(zp, r)) for r in range(lay.s)}
+        pr, pim, g2, floor = par(lay.pr), par(lay.pi), par(lay.g2), par(lay.minlvl)
         npim = builder.fneg(pim)
         zero = vb.const(0.0)
         with cgutils.for_range(builder, nt) as loop:
@@ -98,7 +114,7 @@ def _gt8(typingctx, x, n0, nt, P, Z, buf, blk, g, K, SI, J):  # noqa: ANN001
             ur = vb.splat(builder.load(builder.gep(xp, [builder.add(n0, n)])))
             ui = zero
             for k in range(nK):
-                sr, si = slots[lay["gre"] + k], slots[lay["gim"] + k]
+                sr, si = slots[lay.gre + k], slots[lay.gim + k]
                 gr, gi = builder.load(sr), builder.load(si)
                 nr = vb.fma(pr, gr, vb.fma(npim, gi, ur))
                 ni = vb.fma(pr, gi, vb.fma(pim, gr, ui))
@@ -106,7 +122,7 @@ def _gt8(typingctx, x, n0, nt, P, Z, buf, blk, g, K, SI, J):  # noqa: ANN001
                 builder.store(ni, si)
                 ur, ui = nr, ni
             v = vb.maximum(vb.mul(g2, ur), zero)
-            v = _sections(vb, par, slots, v, lay["ihc"], lay["zihc"], nSI)
+            v = _sections(vb, par, slots, v, lay.ihc, lay.zihc, nSI)
             vb.store(vb.maximum(v, floor), bp, n)
         for r, slot in slots.items():
             vb.store(builder.load(slot), zp, r)
@@ -138,9 +154,9 @@ def _adapt8(typingctx, buf, nt, P, Z, blk0, G, K, SI, J, FLAGS):  # noqa: ANN001
         bps = [
             _block_ptr(context, builder, at[0], args[0], ir.Constant(_I64, g)) for g in range(nG)
         ]
-        state = [[vb.var(vb.load(zps[g], lay["s"] + j)) for j in range(nJ)] for g in range(nG)]
+        state = [[vb.var(vb.load(zps[g], lay.s + j)) for j in range(nJ)] for g in range(nG)]
         lp = {
-            (g, j, i): vb.load(pps[g], lay["loops"] + _N_LOOP * j + i)
+            (g, j, i): vb.load(pps[g], lay.loops + _N_LOOP * j + i)
             for g in range(nG)
             for j in range(nJ)
             for i in range(_N_LOOP)
@@ -149,8 +165,8 @@ def _adapt8(typingctx, buf, nt, P, Z, blk0, G, K, SI, J, FLAGS):  # noqa: ANN001
         def loop_par(g: int, j: int, i: int) -> ir.Value:
             return lp[(g, j, i)]
 
-        off = [vb.load(pps[g], lay["off"]) for g in range(nG)]
-        scale = [vb.load(pps[g], lay["scale"]) for g in range(nG)]
+        off = [vb.load(pps[g], lay.off) for g in range(nG)]
+        scale = [vb.load(pps[g], lay.scale) for g in range(nG)]
         with cgutils.for_range(builder, args[1]) as loop:
             n = loop.index
             vv = [vb.load(bps[g], n) for g in range(nG)]
@@ -159,7 +175,7 @@ def _adapt8(typingctx, buf, nt, P, Z, blk0, G, K, SI, J, FLAGS):  # noqa: ANN001
                 vb.store(vb.mul(vb.sub(vv[g], off[g]), scale[g]), bps[g], n)
         for g in range(nG):
             for j in range(nJ):
-                vb.store(builder.load(state[g][j]), zps[g], lay["s"] + j)
+                vb.store(builder.load(state[g][j]), zps[g], lay.s + j)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -235,11 +251,11 @@ def _params(plan: object) -> tuple:
     CP = NBp * WIDTH
     lanes = np.r_[np.arange(C), np.zeros(CP - C, np.int64)]
     lay = _layout(K, SI, J)
-    Pf = np.zeros((lay["NP"], CP))
-    Pf[lay["pr"]] = plan.pr[lanes]
-    Pf[lay["pi"]] = plan.pi[lanes]
-    Pf[lay["g2"]] = plan.g2[lanes]
-    Pf[lay["minlvl"]] = plan.minlvl
+    Pf = np.zeros((lay.NP, CP))
+    Pf[lay.pr] = plan.pr[lanes]
+    Pf[lay.pi] = plan.pi[lanes]
+    Pf[lay.g2] = plan.g2[lanes]
+    Pf[lay.minlvl] = plan.minlvl
 
     def sections(P: np.ndarray, off: int, sos: np.ndarray, sign: float = -1.0) -> None:
         # b0 b1 b2 -a1 -a2 (paulick_simd._sections); b0 b1 b2 a1 a2 (sign 1: _mod8)
@@ -247,25 +263,25 @@ def _params(plan: object) -> tuple:
             b0, b1, b2, _, a1, a2 = sos[s]
             P[off + 5 * s : off + 5 * s + 5] = np.array([b0, b1, b2, sign * a1, sign * a2])[:, None]
 
-    sections(Pf, lay["ihc"], plan.ihc)
+    sections(Pf, lay.ihc, plan.ihc)
     for j in range(J):
         a, m = plan.aa[j, 0], plan.am[j, 0]
         loop = [a, 1.0 - a, 2.0 * m, m - 1.0, plan.aq[j, 0], m]
-        Pf[lay["loops"] + _N_LOOP * j : lay["loops"] + _N_LOOP * (j + 1)] = np.array(loop)[:, None]
-    Pf[lay["off"]], Pf[lay["scale"]] = plan.off, plan.scale
+        Pf[lay.loops + _N_LOOP * j : lay.loops + _N_LOOP * (j + 1)] = np.array(loop)[:, None]
+    Pf[lay.off], Pf[lay.scale] = plan.off, plan.scale
     # modulation filterbank (modbank_simd layout): band lanes -> (channel, band)
     SP, SL, M1 = plan.pre.shape[0], plan.lp.shape[0], plan.M1 - 1
     ml = _mod_layout(SP, SL, M1)
-    Pm = np.zeros((ml["NP"], CP))
-    sections(Pm, ml["pre"], plan.pre, 1.0)
-    sections(Pm, ml["lp"], plan.lp, 1.0)
-    Pm[ml["s0"]] = plan.sc0[lanes]
+    Pm = np.zeros((ml.NP, CP))
+    sections(Pm, ml.pre, plan.pre, 1.0)
+    sections(Pm, ml.lp, plan.lp, 1.0)
+    Pm[ml.s0] = plan.sc0[lanes]
     rowoff = np.full((M1 + 1, CP), -1, np.int64)
     first = np.r_[0, np.cumsum(plan.n_bands)[:-1]]
     rowoff[0, :C] = first
     isabs = np.arange(plan.L) >= plan.nsig
     for i, (c, mb) in enumerate(zip(plan.lane_c, plan.lane_m)):
-        row = ml["bands"] + 6 * mb
+        row = ml.bands + 6 * mb
         Pm[row : row + 6, c] = (
             plan.ar[i], plan.ai[i], plan.cr[i], plan.ci[i], 1.0, float(isabs[i]),
         )  # fmt: skip
@@ -286,9 +302,9 @@ def samples(plan: object, xn: np.ndarray, y: np.ndarray) -> None:
     B = xn.shape[0]
     NBp = Pf.shape[0]
     lay = _layout(plan.K, plan.ihc.shape[0], plan.J)
-    Z = np.zeros((B, NBp, lay["NZ"], WIDTH))
-    Z[:, :, lay["s"] : lay["s"] + plan.J] = plan.s0[None, None, :, None]
-    ZM = np.zeros((B, NBp, _mod_layout(SP, SL, M1)["NZ"], WIDTH))
+    Z = np.zeros((B, NBp, lay.NZ, WIDTH))
+    Z[:, :, lay.s : lay.s + plan.J] = plan.s0[None, None, :, None]
+    ZM = np.zeros((B, NBp, _mod_layout(SP, SL, M1).NZ, WIDTH))
     flags = int(plan.use_limit) | 2
     args = (xn, Pf, Z, Pm, ZM, rowoff, y, plan.K, plan.ihc.shape[0], plan.J, G, flags, SP, SL, M1)
     _call_literal(_samples_kernel, args, 8)
@@ -421,9 +437,9 @@ def pooled(
     NBp = Pf.shape[0]
     if state is None:
         lay = _layout(plan.K, plan.ihc.shape[0], plan.J)
-        Z = np.zeros((B, NBp, lay["NZ"], WIDTH))
-        Z[:, :, lay["s"] : lay["s"] + plan.J] = plan.s0[None, None, :, None]
-        ZM = np.zeros((B, NBp, _mod_layout(SP, SL, M1)["NZ"], WIDTH))
+        Z = np.zeros((B, NBp, lay.NZ, WIDTH))
+        Z[:, :, lay.s : lay.s + plan.J] = plan.s0[None, None, :, None]
+        ZM = np.zeros((B, NBp, _mod_layout(SP, SL, M1).NZ, WIDTH))
     else:
         Z, ZM = state["front"].copy(), state["mod"].copy()
     sums = np.zeros((B, plan.C, M1 + 1, -(-T // hop)))

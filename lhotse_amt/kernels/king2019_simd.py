@@ -1,5 +1,6 @@
 """The King et al. (2019) forward of float32 models with the filter states of 8 channels
-in vector registers (:mod:`lhotse_amt.kernels.simd`).
+in vector registers (:mod:`lhotse_amt.kernels.simd`): the first pass; the envelope pass
+is in :mod:`lhotse_amt.kernels.king2019_envelope_simd`.
 
 The channel-vectorised kernels of :mod:`lhotse_amt.kernels.king2019` run their loops
 over the channels innermost, so every filter state is loaded and stored once per sample;
@@ -18,21 +19,14 @@ transposed in registers (:func:`lhotse_amt.kernels.simd.store_tiles`).
 king_pooled`) runs the same two steps and sums every band over the frames' blocks of
 samples in registers instead (its chunks carry this kernel's states).
 
-**Envelope pass** (:func:`envelopes`; :func:`lhotse_amt.kernels.king2019._envelope_item`):
-per chunk, ``u`` and ``H{u}`` of the block's 8 channels are copied into two buffers;
-band by band, the band-pass over ``u`` (the band output ``b``) and, periodically, over
-``H{u}`` (``H{b}`` after the wrap-around correction) and the envelope ``gain |b + i H{b}|``
-run with their states in registers; the periodic initial states come from a pass over
-the last ``L`` samples of ``H{u}`` from rest, mapped by ``Q``
-(:func:`lhotse_amt.kernels.king2019.periodic_state_maps`).
-
 Each output sample has the arithmetic of the channel-vectorised kernels in the same
 order, with explicit fused multiply-adds (the results agree to ~1e-12 relative in float64
-and to float32 rounding in float32; the envelope ``sqrt`` is taken in the output's
-precision, as there).
+and to float32 rounding in float32).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
@@ -42,266 +36,53 @@ from numba.extending import intrinsic
 
 from .casp_simd import acc8, block_segments
 from .fastmath import denormals_off, restore_fp_mode
+from .king2019_envelope_simd import _CHUNK, _I64, _NOPY, _write_rows
 from .paulick_simd import _call_literal, _lits, _sections
-from .simd import WIDTH, VecBuilder, array_ptr, store_tiles, wide_function
+from .simd import WIDTH, VecBuilder, array_ptr, wide_function
 
-__all__ = ["envelopes", "pooled", "samples", "supported"]
-
-_NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
-_I64 = ir.IntType(64)
-
-#: samples per pass of a block (the two input buffers and one band's output buffer,
-#: 3 x chunk x 8 float64, stay in the L1 cache)
-_CHUNK = 128
-
-
-def _layout(S: int) -> dict[str, int]:
-    """Per band: rows of the parameter block ``P`` and of the state block ``Z``."""
-    # P: b0, b1, b2, -a1, -a2 per section; the final states zf0, zf1 per section; gain
-    # Z: F_circ(H{u}) states z0, z1 per section, then F(u) states w0, w1 per section
-    return {"NPB": 7 * S + 1, "zf": 5 * S, "gain": 7 * S, "NZB": 4 * S, "w": 2 * S}
-
-
-@intrinsic
-def _band8(typingctx, ub, hb, nt, n0, T, P, Z, G, ob, i, S, FLAGS, TAIL):  # noqa: ANN001
-    """Band ``i`` over rows ``0 .. nt`` of the chunk starting at sample ``n0`` of ``T``:
-    ``ub``/``hb (chunk, 8)`` hold ``u`` and ``H{u}``; parameters ``P (., 8)`` and states
-    ``Z (., 8)`` (updated) in the :func:`_layout` rows of band ``i``; ``G`` the flat
-    wrap-around basis ``(bands, S, T)``. Writes ``gain sqrt(b^2 + H{b}^2)`` to ``ob
-    (chunk, 8)`` (FLAGS bit 0: the square root in float32 of the float32-rounded sum).
-    ``TAIL`` 1: only the ``H{u}`` cascade runs (the tail pass of the periodic states)."""
-    lit = _lits(S, FLAGS, TAIL)
-    if lit is None:
-        return None
-    nS, flags, ntail = lit
-    single, tail = bool(flags & 1), bool(ntail)
-    lay = _layout(nS)
-    sig = types.none(ub, hb, nt, n0, T, P, Z, G, ob, i, S, FLAGS, TAIL)
-
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        wide_function(builder)
-        vb = VecBuilder(builder)
-        vs = VecBuilder(builder, single=True)
-        at = signature.args
-        up = array_ptr(context, builder, at[0], args[0])
-        hp = array_ptr(context, builder, at[1], args[1])
-        pp = array_ptr(context, builder, at[5], args[5])
-        zp = array_ptr(context, builder, at[6], args[6])
-        gp = array_ptr(context, builder, at[7], args[7])
-        op = array_ptr(context, builder, at[8], args[8])
-        nt, n0, T, band = args[2], args[3], args[4], args[9]
-        pbase = builder.mul(band, ir.Constant(_I64, lay["NPB"]))
-        zbase = builder.mul(band, ir.Constant(_I64, lay["NZB"]))
-
-        def par(row: int) -> ir.Value:
-            return vb.load(pp, builder.add(pbase, ir.Constant(_I64, row)))
-
-        def zidx(row: int) -> ir.Value:
-            return builder.add(zbase, ir.Constant(_I64, row))
-
-        nz = 2 * nS if tail else 4 * nS
-        slots = {r: vb.var(vb.load(zp, zidx(r))) for r in range(nz)}
-        coef = {r: par(r) for r in range(5 * nS)}
-        if not tail:
-            zf = [par(lay["zf"] + k) for k in range(2 * nS)]
-            gain = par(lay["gain"])
-            gain32 = vb.to(gain, vs) if single else None
-            # basis rows of band i: G[(i S + s) T + n]; the previous sample's value of each
-            # section is carried in a scalar (at n0 = 0: the circular predecessor T - 1)
-            grow = [
-                builder.mul(
-                    builder.add(builder.mul(band, ir.Constant(_I64, nS)), ir.Constant(_I64, s)),
-                    T,
-                )
-                for s in range(nS)
-            ]
-            first = builder.icmp_signed("==", n0, ir.Constant(_I64, 0))
-            prev_n = builder.select(
-                first,
-                builder.sub(T, ir.Constant(_I64, 1)),
-                builder.sub(n0, ir.Constant(_I64, 1)),
-            )
-            gprev = []
-            for s in range(nS):
-                slot = cgutils.alloca_once(builder, ir.DoubleType())
-                builder.store(builder.load(builder.gep(gp, [builder.add(grow[s], prev_n)])), slot)
-                gprev.append(slot)
-
-        def cpar(row: int) -> ir.Value:
-            return coef[row]
-
-        def _envelope(n: ir.Value, h: ir.Value) -> None:
-            b = _sections(vb, cpar, slots, vb.load(up, n), 0, lay["w"], nS)
-            t = builder.add(n0, n)
-            for s in range(nS):
-                g0 = builder.load(builder.gep(gp, [builder.add(grow[s], t)]))
-                g1 = builder.load(gprev[s])
-                builder.store(g0, gprev[s])
-                corr = vb.fma(zf[2 * s], vb.splat(g0), vb.mul(zf[2 * s + 1], vb.splat(g1)))
-                h = vb.sub(h, corr)
-            e2 = vb.fma(b, b, vb.mul(h, h))
-            if single:
-                e = vs.to(vs.mul(gain32, vs.sqrt(vb.to(e2, vs))), vb)
-            else:
-                e = vb.mul(gain, vb.sqrt(e2))
-            vb.store(e, op, n)
-
-        with cgutils.for_range(builder, nt) as loop:
-            n = loop.index
-            h = _sections(vb, cpar, slots, vb.load(hp, n), 0, 0, nS)
-            if not tail:
-                _envelope(n, h)
-
-        for r, slot in slots.items():
-            vb.store(builder.load(slot), zp, zidx(r))
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@njit(inline="always", **_NOPY)
-def _load_rows(src, b, c0, nl, n0, nt, buf):  # pragma: no cover - compiled
-    # buf[n, lane] = src[b, c0 + lane, n0 + n] (padding lanes repeat the last channel)
-    for lane in range(8):
-        row = src[b, c0 + min(lane, nl - 1)]
-        for n in range(nt):
-            buf[n, lane] = np.float64(row[n0 + n])
-
-
-@njit(inline="always", **_NOPY)
-def _write_rows(buf, k, y, yflat, b, c0, nl, m, n0, nt, offs):  # pragma: no cover - compiled
-    # y[b, c0 + lane, m, n0 + n] = buf[k, n, lane] for lanes < nl (buf (., chunk, 8)):
-    # tiles of 8 samples transposed in registers, the rest sample by sample (offs: (8,)
-    # int64 scratch)
-    C, M, T = y.shape[1], y.shape[2], y.shape[3]
-    nt8 = nt // 8
-    base = ((b * C + c0) * M + m) * T + n0
-    for lane in range(8):
-        offs[lane] = base + lane * M * T if lane < nl else -1
-    store_tiles(buf, k, nt8, yflat, offs)
-    for lane in range(nl):
-        for n in range(nt8 * 8, nt):
-            y[b, c0 + lane, m, n0 + n] = buf[k, n, lane]
-
-
-@njit(parallel=True, **_NOPY)
-def _envelopes_kernel(u, h, y, bands, P, Z, Q, L, G, S, FLAGS):  # pragma: no cover - compiled
-    # u, h (B, C, T): band-pass input and its Hilbert transform (views, may be rows of y);
-    # y (B, C, M, T) output, band bands[i] written; P (B, NB, bands * NPB, 8); Z (B, NB,
-    # bands * NZB, 8) zeros; Q (bands, 2 S, 2 S); L (bands,); G (bands * S * T,)
-    literally(S)
-    literally(FLAGS)
-    B, C, M, T = y.shape
-    NB = P.shape[1]
-    nband = bands.shape[0]
-    NZB = 4 * S
-    yflat = y.reshape(-1)
-    for job in prange(B * NB):
-        b = job // NB
-        blk = job - b * NB
-        c0 = blk * 8
-        nl = min(8, C - c0)
-        fp = denormals_off()
-        ub = np.zeros((_CHUNK, 8))
-        hb = np.zeros((_CHUNK, 8))
-        ob = np.empty((1, _CHUNK, 8))
-        offs = np.empty(8, np.int64)
-        Pj = P[b, blk]
-        Zj = Z[b, blk]
-        vec = np.empty(2 * S)
-        # periodic initial states of the H{u} cascades: the last L samples from rest, then Q
-        for i in range(nband):
-            for n0 in range(T - L[i], T, _CHUNK):
-                nt = min(_CHUNK, T - n0)
-                _load_rows(h, b, c0, nl, n0, nt, hb)
-                _band8(ub, hb, nt, n0, T, Pj, Zj, G, ob[0], i, S, FLAGS, 1)
-            for lane in range(8):
-                for j in range(2 * S):
-                    vec[j] = Zj[i * NZB + j, lane]
-                for r in range(2 * S):
-                    a = 0.0
-                    for j in range(2 * S):
-                        a += Q[i, r, j] * vec[j]
-                    Zj[i * NZB + r, lane] = a
-        # the envelopes: u and H{u} of a chunk are read before its rows are written
-        for n0 in range(0, T, _CHUNK):
-            nt = min(_CHUNK, T - n0)
-            _load_rows(u, b, c0, nl, n0, nt, ub)
-            _load_rows(h, b, c0, nl, n0, nt, hb)
-            for i in range(nband):
-                _band8(ub, hb, nt, n0, T, Pj, Zj, G, ob[0], i, S, FLAGS, 0)
-                _write_rows(ob, 0, y, yflat, b, c0, nl, bands[i], n0, nt, offs)
-        restore_fp_mode(fp)
-
-
-def envelopes(
-    bank: np.ndarray,
-    bands: list[int],
-    Q: np.ndarray,
-    L: np.ndarray,
-    gam: np.ndarray,
-    zf: np.ndarray,
-    gain: np.ndarray,
-    u: np.ndarray,
-    h: np.ndarray,
-    y: np.ndarray,
-) -> None:
-    """Write band ``bands[i]`` of ``y (B, C, M, T)`` as ``gain[b, i, c] |b + i H{b}|``
-    (:func:`lhotse_amt.kernels.king2019._envelope_item`): ``bank (M, S, 6)`` the
-    band-pass sections; ``Q (bands, 2S, 2S)``, ``L (bands,)`` the periodic state maps;
-    ``gam (bands, S, T)`` the wrap-around basis; ``zf (B, 2, M, S, P)`` the final
-    section states of the first pass (lanes ``P >= C``); ``gain (B, bands, P)``; ``u``,
-    ``h (B, C, T)`` the band-pass input and its Hilbert transform (may be rows of ``y``).
-    """
-    B, C, M, T = y.shape
-    S = bank.shape[1]
-    nb = len(bands)
-    NB = -(-C // WIDTH)
-    CP = NB * WIDTH
-    lay = _layout(S)
-
-    def lanes(a: np.ndarray) -> np.ndarray:  # (..., >= C) -> (..., CP), padding = last
-        a = np.asarray(a, np.float64)[..., :C]
-        return np.concatenate([a, np.repeat(a[..., -1:], CP - C, -1)], -1)
-
-    P = np.zeros((B, nb, lay["NPB"], CP))
-    for i, m in enumerate(bands):
-        for s in range(S):
-            b0, b1, b2, _, a1, a2 = bank[m, s]
-            P[:, i, 5 * s : 5 * s + 5] = np.array([b0, b1, b2, -a1, -a2])[:, None]
-            P[:, i, lay["zf"] + 2 * s] = lanes(zf[:, 0, m, s])
-            P[:, i, lay["zf"] + 2 * s + 1] = lanes(zf[:, 1, m, s])
-        P[:, i, lay["gain"]] = lanes(gain[:, i])
-    # (B, rows, NB, 8) -> (B, NB, rows, 8)
-    P = np.ascontiguousarray(P.reshape(B, nb * lay["NPB"], NB, WIDTH).transpose(0, 2, 1, 3))
-    Z = np.zeros((B, NB, nb * lay["NZB"], WIDTH))
-    flags = int(y.dtype == np.float32)
-    args = (
-        u, h, y, np.asarray(bands, np.int64), P, Z, np.ascontiguousarray(Q),
-        np.asarray(L, np.int64), np.ascontiguousarray(gam).reshape(-1), S, flags,
-    )  # fmt: skip
-    _call_literal(_envelopes_kernel, args, 2)
+__all__ = ["pooled", "samples", "supported"]
 
 
 # ---- the first pass: the chain up to the modulation band-passes -----------------------
 
 
-def _front_layout(K: int, SI: int, SO: int, M: int, S: int) -> dict[str, int]:
+class _FrontLayout(NamedTuple):
     """Rows of the parameter block ``P (NP, 8)`` and the state block ``Z (NZ, 8)`` of
     :func:`_front8` and :func:`_bands8`."""
-    o = {"pr": 0, "pi": 1, "g2": 2, "knee": 3, "coef": 4, "expo": 5, "ihc": 6}
-    o["post"] = o["ihc"] + 5 * SI
-    o["bank"] = o["post"] + 5 * SO  # per band: 5 S coefficients, gain, 1.0 where |.|
-    o["NPB"] = 5 * S + 2
-    o["NP"] = o["bank"] + M * o["NPB"]
-    o["gre"] = 0
-    o["gim"] = K
-    o["zihc"] = 2 * K
-    o["zpost"] = o["zihc"] + 2 * SI
-    o["zbank"] = o["zpost"] + 2 * SO  # per band: z0, z1 per section
-    o["sums"] = o["zbank"] + 2 * S * M  # per band: sum y^2, sum y, sum (-1)^n y
-    o["NZ"] = o["sums"] + 3 * M
-    return o
+
+    pr: int
+    pi: int
+    g2: int
+    knee: int
+    coef: int
+    expo: int
+    ihc: int
+    post: int
+    bank: int  # per band: 5 S coefficients, gain, 1.0 where |.|
+    NPB: int
+    NP: int
+    gre: int
+    gim: int
+    zihc: int
+    zpost: int
+    zbank: int  # per band: z0, z1 per section
+    sums: int  # per band: sum y^2, sum y, sum (-1)^n y
+    NZ: int
+
+
+def _front_layout(K: int, SI: int, SO: int, M: int, S: int) -> _FrontLayout:
+    """The :class:`_FrontLayout` of ``K`` gammatone stages, ``SI`` IHC and ``SO`` post
+    sections and ``M`` bands of ``S`` sections."""
+    post = 6 + 5 * SI
+    bank = post + 5 * SO
+    NPB = 5 * S + 2
+    zpost = 2 * K + 2 * SI
+    zbank = zpost + 2 * SO
+    sums = zbank + 2 * S * M
+    return _FrontLayout(
+        0, 1, 2, 3, 4, 5, 6, post, bank, NPB, bank + M * NPB,
+        0, K, 2 * K, zpost, zbank, sums, sums + 3 * M,
+    )  # fmt: skip
 
 
 def _pow_pos(vb: VecBuilder, a: ir.Value, n: ir.Value) -> ir.Value:
@@ -366,10 +147,10 @@ def _front8(typingctx, x, n0, nt, P, Z, ub, K, SI, SO, M, S):  # noqa: ANN001
         def par(row: int) -> ir.Value:
             return vb.load(pp, row)
 
-        rows = range(lay["zbank"])
+        rows = range(lay.zbank)
         slots = {r: vb.var(vb.load(zp, r)) for r in rows}
-        pr, pim, g2 = par(lay["pr"]), par(lay["pi"]), par(lay["g2"])
-        knee, coef, expo = par(lay["knee"]), par(lay["coef"]), par(lay["expo"])
+        pr, pim, g2 = par(lay.pr), par(lay.pi), par(lay.g2)
+        knee, coef, expo = par(lay.knee), par(lay.coef), par(lay.expo)
         zero = vb.const(0.0)
         tiny = vb.const(1e-200)
         with cgutils.for_range(builder, nt) as loop:
@@ -377,7 +158,7 @@ def _front8(typingctx, x, n0, nt, P, Z, ub, K, SI, SO, M, S):  # noqa: ANN001
             xs = builder.load(builder.gep(xp, [builder.add(n0, n)]))
             ur, ui = vb.splat(xs), zero
             for k in range(nK):
-                sr, si = slots[lay["gre"] + k], slots[lay["gim"] + k]
+                sr, si = slots[lay.gre + k], slots[lay.gim + k]
                 gr, gi = builder.load(sr), builder.load(si)
                 nr = vb.fma(pr, gr, vb.fma(builder.fneg(pim), gi, ur))
                 ni = vb.fma(pr, gi, vb.fma(pim, gr, ui))
@@ -389,8 +170,8 @@ def _front8(typingctx, x, n0, nt, P, Z, ub, K, SI, SO, M, S):  # noqa: ANN001
             q = vb.mul(g2, ur)
             comp = vb.mul(coef, _pow_pos(vb, vb.maximum(q, tiny), expo))
             v = vb.select(vb.gt(q, knee), comp, vb.maximum(q, zero))
-            v = _sections(vb, par, slots, v, lay["ihc"], lay["zihc"], nSI)
-            v = _sections(vb, par, slots, v, lay["post"], lay["zpost"], nSO)
+            v = _sections(vb, par, slots, v, lay.ihc, lay.zihc, nSI)
+            v = _sections(vb, par, slots, v, lay.post, lay.zpost, nSO)
             vb.store(v, op, n)
         for r, slot in slots.items():
             vb.store(builder.load(slot), zp, r)
@@ -429,21 +210,21 @@ def _bands8(typingctx, ub, n0, nt, P, Z, ob, K, SI, SO, M, S, NG, SUMS):  # noqa
             slots = {}
             acc = {}
             for m in bands:
-                base = lay["bank"] + m * lay["NPB"]
-                for i in range(lay["NPB"]):
+                base = lay.bank + m * lay.NPB
+                for i in range(lay.NPB):
                     par_rows[(m, i)] = vb.load(pp, base + i)
-                zb = lay["zbank"] + 2 * nS * m
+                zb = lay.zbank + 2 * nS * m
                 for r in range(2 * nS):
                     slots[zb + r] = vb.var(vb.load(zp, zb + r))
                 if (sums >> m) & 1:
                     for k in range(3):
-                        acc[(m, k)] = vb.var(vb.load(zp, lay["sums"] + 3 * m + k))
+                        acc[(m, k)] = vb.var(vb.load(zp, lay.sums + 3 * m + k))
             with cgutils.for_range(builder, nt) as loop:
                 n = loop.index
                 u = vb.load(up, n)
                 odd = builder.trunc(builder.add(n0, n), ir.IntType(1))
                 for m in bands:
-                    zb = lay["zbank"] + 2 * nS * m
+                    zb = lay.zbank + 2 * nS * m
 
                     def par(row: int, m: int = m, rows: dict = par_rows) -> ir.Value:
                         return rows[(m, row)]
@@ -463,7 +244,7 @@ def _bands8(typingctx, ub, n0, nt, P, Z, ob, K, SI, SO, M, S, NG, SUMS):  # noqa
             for r, slot in slots.items():
                 vb.store(builder.load(slot), zp, r)
             for (m, k), slot in acc.items():
-                vb.store(builder.load(slot), zp, lay["sums"] + 3 * m + k)
+                vb.store(builder.load(slot), zp, lay.sums + 3 * m + k)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -523,24 +304,24 @@ def _front_params(plan: object) -> np.ndarray:
     SI, SO = plan.ihc.shape[1], plan.post.shape[1]
     M, S = plan.bank.shape[:2]
     lay = _front_layout(plan.K, SI, SO, M, S)
-    P = np.zeros((lay["NP"], plan.P))
-    P[lay["pr"]], P[lay["pi"]], P[lay["g2"]] = plan.pr, plan.pi, plan.g2
-    P[lay["knee"]], P[lay["coef"]], P[lay["expo"]] = plan.knee, plan.coef, plan.expo
+    P = np.zeros((lay.NP, plan.P))
+    P[lay.pr], P[lay.pi], P[lay.g2] = plan.pr, plan.pi, plan.g2
+    P[lay.knee], P[lay.coef], P[lay.expo] = plan.knee, plan.coef, plan.expo
 
     def sections(off: int, sos: np.ndarray) -> None:
         for s in range(sos.shape[0]):
             b0, b1, b2, _, a1, a2 = sos[s]
             P[off + 5 * s : off + 5 * s + 5] = np.array([b0, b1, b2, -a1, -a2])[:, None]
 
-    sections(lay["ihc"], plan.ihc[0])
-    sections(lay["post"], plan.post[0])
+    sections(lay.ihc, plan.ihc[0])
+    sections(lay.post, plan.post[0])
     for m in range(M):
-        off = lay["bank"] + m * lay["NPB"]
+        off = lay.bank + m * lay.NPB
         sections(off, plan.bank[m])
         P[off + 5 * S] = plan.gain[m]
         P[off + 5 * S + 1] = float(plan.use_abs[m])
     NB = plan.P // WIDTH
-    return np.ascontiguousarray(P.reshape(lay["NP"], NB, WIDTH).transpose(1, 0, 2))
+    return np.ascontiguousarray(P.reshape(lay.NP, NB, WIDTH).transpose(1, 0, 2))
 
 
 def _front_arrays(
@@ -555,7 +336,7 @@ def _front_arrays(
     if P is None:
         P = plan.register_params = _front_params(plan)
     if state is None:
-        nz = _front_layout(plan.K, SI, SO, M, S)["NZ"]
+        nz = _front_layout(plan.K, SI, SO, M, S).NZ
         Z = np.zeros((B, P.shape[0], nz, WIDTH))
     else:
         Z = state["front"].copy()
@@ -580,10 +361,10 @@ def samples(
     _call_literal(_samples_kernel, args, 7)
     # (B, NB, rows, 8) -> (B, rows, P)
     lay = _front_layout(plan.K, SI, SO, M, S)
-    Zl = Z.transpose(0, 2, 1, 3).reshape(B, lay["NZ"], P.shape[0] * WIDTH)
-    zb = Zl[:, lay["zbank"] : lay["sums"]].reshape(B, M, S, 2, -1)
+    Zl = Z.transpose(0, 2, 1, 3).reshape(B, lay.NZ, P.shape[0] * WIDTH)
+    zb = Zl[:, lay.zbank : lay.sums].reshape(B, M, S, 2, -1)
     bank = np.ascontiguousarray(zb.transpose(0, 3, 1, 2, 4))
-    pis = np.ascontiguousarray(Zl[:, lay["sums"] :].reshape(B, M, 3, -1).transpose(0, 2, 1, 3))
+    pis = np.ascontiguousarray(Zl[:, lay.sums :].reshape(B, M, 3, -1).transpose(0, 2, 1, 3))
     return bank, pis
 
 
