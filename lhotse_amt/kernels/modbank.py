@@ -126,6 +126,28 @@ def _kernel(x, pre, zpre, lp, zlp, pr, pi, gr, gi, ab, sc, sr, si, y):  # pragma
         restore_fp_mode(fp)
 
 
+def state_arrays(
+    state: dict | None, B: int, C: int, SP: int, SL: int, M1: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The states of :func:`modulation_bank` (keys ``pre``, ``lp``, ``bp``; a missing key:
+    at rest) as new arrays: the pre-filter's and the low-pass's section states ``(B, C,
+    SP, 2)``, ``(B, C, SL, 2)`` float64 and the resonators' ``(B, C, M1)`` complex128.
+    The resonator states stay float64 (the recursion runs in float64 on the float64
+    low-passed input), so chunked processing equals one-shot processing exactly."""
+    state = state or {}
+
+    def zi(key: str, S: int) -> np.ndarray:
+        if key in state:
+            return _np(state[key]).astype(np.float64).reshape(B, C, S, 2).copy()
+        return np.zeros((B, C, S, 2))
+
+    if "bp" in state:
+        bp = _np(state["bp"]).reshape(B, C, M1).astype(np.complex128)
+    else:
+        bp = np.zeros((B, C, M1), np.complex128)
+    return zi("pre", SP), zi("lp", SL), bp
+
+
 def modulation_bank(
     x: torch.Tensor,
     lp_sos: torch.Tensor,
@@ -146,23 +168,10 @@ def modulation_bank(
     B = xn.shape[0]
     dt = xn.dtype
     M1 = pole.shape[-1]
-    state = state or {}
     pre = np.zeros((0, 6)) if prefilter_sos is None else _np(prefilter_sos).astype(np.float64)
     lp = _np(lp_sos).astype(np.float64)
-
-    def _zi(key: str, S: int) -> np.ndarray:
-        if key in state:
-            return _np(state[key]).astype(np.float64).reshape(B, C, S, 2).copy()
-        return np.zeros((B, C, S, 2))
-
-    zpre, zlp = _zi("pre", pre.shape[0]), _zi("lp", lp.shape[0])
-    # resonator states stay float64 (the recursion runs in float64 on the float64 low-passed
-    # input), so chunked processing equals one-shot processing exactly
-    if "bp" in state:
-        s = _np(state["bp"]).reshape(B, C, M1).astype(np.complex128)
-        sr, si = np.ascontiguousarray(s.real), np.ascontiguousarray(s.imag)
-    else:
-        sr, si = np.zeros((B, C, M1)), np.zeros((B, C, M1))
+    zpre, zlp, s = state_arrays(state, B, C, pre.shape[0], lp.shape[0], M1)
+    sr, si = np.ascontiguousarray(s.real), np.ascontiguousarray(s.imag)
     p, g = _np(pole), _np(gain)
     # coefficients as stored (complex64 for float32 models), evaluated in float64
     # bands padded to a multiple of 8 with zero-gain bands (one vector per 8 bands)

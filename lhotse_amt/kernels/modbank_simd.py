@@ -27,6 +27,7 @@ resonator bands, output flags; numba caches each on disk).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -39,6 +40,7 @@ from .. import _alloc
 from . import SIMD
 from .cpu import _np, _threads
 from .fastmath import denormals_off, restore_fp_mode
+from .modbank import state_arrays
 from .paulick_simd import _call_literal, _lits
 from .simd import WIDTH, VecBuilder, array_ptr, store_tiles, wide_function
 
@@ -59,17 +61,26 @@ _BAND_GROUP = 3
 _N_BAND = 6  # per band: Re p, Im p, Re g, Im g, scale k, 1.0 where |y| is taken (else 0.0)
 
 
-def _layout(SP: int, SL: int, M1: int) -> dict[str, int]:
+class _Layout(NamedTuple):
     """Row offsets of the parameter block ``P (NP, 8)`` and the state block ``Z (NZ, 8)``."""
-    o = {"pre": 0, "lp": 5 * SP}
-    o["s0"] = o["lp"] + 5 * SL
-    o["bands"] = o["s0"] + 1
-    o["NP"] = o["bands"] + _N_BAND * M1
-    o["zpre"] = 0
-    o["zlp"] = 2 * SP
-    o["zb"] = o["zlp"] + 2 * SL
-    o["NZ"] = o["zb"] + 2 * M1
-    return o
+
+    pre: int
+    lp: int
+    s0: int
+    bands: int
+    NP: int
+    zpre: int
+    zlp: int
+    zb: int
+    NZ: int
+
+
+def _layout(SP: int, SL: int, M1: int) -> _Layout:
+    """The :class:`_Layout` of ``SP`` pre-filter and ``SL`` low-pass sections and ``M1``
+    band lanes."""
+    s0 = 5 * SP + 5 * SL
+    zb = 2 * SP + 2 * SL
+    return _Layout(0, 5 * SP, s0, s0 + 1, s0 + 1 + _N_BAND * M1, 0, 2 * SP, zb, zb + 2 * M1)
 
 
 @intrinsic
@@ -126,13 +137,13 @@ def _mod8(typingctx, ib, nt, P, Z, ob, SP, SL, M1, FLAGS):  # noqa: ANN001
             return v
 
         # pass 1: pre-filter (in place) and low-pass -> band 0
-        slots = {i: vb.var(vb.load(zp, i)) for i in range(lay["zb"])}
-        s0 = par(lay["s0"])
+        slots = {i: vb.var(vb.load(zp, i)) for i in range(lay.zb)}
+        s0 = par(lay.s0)
         with cgutils.for_range(builder, nt) as loop:
             n = loop.index
-            u = sections(vb.load(ip, n), lay["pre"], lay["zpre"], nSP, slots)
+            u = sections(vb.load(ip, n), lay.pre, lay.zpre, nSP, slots)
             vb.store(u, ip, n)
-            w = sections(u, lay["lp"], lay["zlp"], nSL, slots)
+            w = sections(u, lay.lp, lay.zlp, nSL, slots)
             vb.store(final(vb.mul(s0, w)), op, out_index(0, n))
         for i, slot in slots.items():
             vb.store(builder.load(slot), zp, i)
@@ -144,9 +155,9 @@ def _mod8(typingctx, ib, nt, P, Z, ob, SP, SL, M1, FLAGS):  # noqa: ANN001
             st = {}
             cf = {}
             for m in bands:
-                zr, zi = lay["zb"] + 2 * m, lay["zb"] + 2 * m + 1
+                zr, zi = lay.zb + 2 * m, lay.zb + 2 * m + 1
                 st[m] = (vb.var(vb.load(zp, zr)), vb.var(vb.load(zp, zi)))
-                row = lay["bands"] + _N_BAND * m
+                row = lay.bands + _N_BAND * m
                 pr, pi, gr, gi, k, ab = (par(row + i) for i in range(_N_BAND))
                 cf[m] = (pr, pi, gr, gi, k, builder.fcmp_ordered("!=", ab, zero))
             with cgutils.for_range(builder, nt) as loop:
@@ -165,8 +176,8 @@ def _mod8(typingctx, ib, nt, P, Z, ob, SP, SL, M1, FLAGS):  # noqa: ANN001
                     out = vb.mul(k, vb.select(use_abs, mag, yr))
                     vb.store(final(out), op, out_index(m + 1, n))
             for m in bands:
-                vb.store(builder.load(st[m][0]), zp, lay["zb"] + 2 * m)
-                vb.store(builder.load(st[m][1]), zp, lay["zb"] + 2 * m + 1)
+                vb.store(builder.load(st[m][0]), zp, lay.zb + 2 * m)
+                vb.store(builder.load(st[m][1]), zp, lay.zb + 2 * m + 1)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -316,7 +327,6 @@ class _Packed:
         self.xn = _np(x.reshape(-1, C, T))
         B = self.xn.shape[0]
         M1 = pole.shape[-1]
-        state = state or {}
         pre = np.zeros((0, 6)) if prefilter_sos is None else _np(prefilter_sos).astype(np.float64)
         lp = _np(lp_sos).astype(np.float64)
         SP, SL = pre.shape[0], lp.shape[0]
@@ -350,21 +360,14 @@ class _Packed:
         for m in range(M1):
             rows.extend(lanes(v[:, m]) for v in per_band)
         self.P = blocks(np.stack(rows))
-        assert self.P.shape[1] == lay["NP"]
+        assert self.P.shape[1] == lay.NP
 
-        def zi(key: str, S: int) -> np.ndarray:  # (B, 2 S, CP), rows z0, z1 per section
-            if key in state:
-                z = _np(state[key]).astype(np.float64).reshape(B, C, S, 2)
-            else:
-                z = np.zeros((B, C, S, 2))
+        def zi(z: np.ndarray, S: int) -> np.ndarray:  # (B, 2 S, CP), rows z0, z1 per section
             return lanes(z.reshape(B, C, 2 * S).transpose(0, 2, 1))
 
-        if "bp" in state:
-            s = _np(state["bp"]).reshape(B, C, M1).astype(np.complex128)
-        else:
-            s = np.zeros((B, C, M1), np.complex128)
+        zpre, zlp, s = state_arrays(state, B, C, SP, SL, M1)
         zb = np.stack([s.real, s.imag], -1).reshape(B, C, 2 * M1).transpose(0, 2, 1)
-        self.Z = blocks(np.concatenate([zi("pre", SP), zi("lp", SL), lanes(zb)], 1))
+        self.Z = blocks(np.concatenate([zi(zpre, SP), zi(zlp, SL), lanes(zb)], 1))
 
     def literals(self) -> tuple[int, int, int]:
         return self.SP, self.SL, self.M1
@@ -372,22 +375,22 @@ class _Packed:
     def new_state(self) -> dict[str, torch.Tensor]:
         """The updated states (keys ``pre``, ``lp``, ``bp`` as the unfused function)."""
         B, C, M1, lay, lead = self.B, self.C, self.M1, self.lay, self.lead
-        Zn = np.moveaxis(self.Z, -3, -2).reshape(B, lay["NZ"], -1)[..., :C]  # (B, NZ, C)
+        Zn = np.moveaxis(self.Z, -3, -2).reshape(B, lay.NZ, -1)[..., :C]  # (B, NZ, C)
 
         def zout(off: int, S: int) -> torch.Tensor:
             z = Zn[:, off : off + 2 * S].transpose(0, 2, 1).reshape(B, C, S, 2)
             return torch.from_numpy(np.ascontiguousarray(z)).reshape(*lead, C, S, 2)
 
-        zb = Zn[:, lay["zb"] :].transpose(0, 2, 1).reshape(B, C, M1, 2)
+        zb = Zn[:, lay.zb :].transpose(0, 2, 1).reshape(B, C, M1, 2)
         new = {
-            "lp": zout(lay["zlp"], self.SL),
+            "lp": zout(lay.zlp, self.SL),
             "bp": torch.complex(
                 torch.from_numpy(np.ascontiguousarray(zb[..., 0])),
                 torch.from_numpy(np.ascontiguousarray(zb[..., 1])),
             ).reshape(*lead, C, M1, 1),
         }
         if self.has_pre:
-            new["pre"] = zout(lay["zpre"], self.SP)
+            new["pre"] = zout(lay.zpre, self.SP)
         return new
 
 
