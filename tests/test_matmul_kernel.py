@@ -81,3 +81,17 @@ def test_matmul_rejects_bad_input():
         mm.matmul(a.astype(np.int64), np.ones((4, 2), np.int64))
     with pytest.raises(ValueError, match="out must be"):
         mm.matmul(a, np.ones((4, 2), np.float32), out=np.empty((2, 3), np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_contiguous_and_strided_a_share_one_compiled_version(dtype):
+    rng = np.random.default_rng(3)
+    full = rng.standard_normal((40, 34)).astype(dtype)
+    b = rng.standard_normal((17, 9)).astype(dtype)
+    strided = full[:, ::2]
+    contiguous = np.ascontiguousarray(strided)
+    assert not strided.flags.c_contiguous
+    np.testing.assert_array_equal(mm.matmul(strided, b), mm.matmul(contiguous, b))
+    versions = [s for s in mm._matmul_serial.signatures if s[0].dtype == s[1].dtype]
+    dtypes = [str(s[0].dtype) for s in versions]
+    assert dtypes.count(np.dtype(dtype).name) == 1

@@ -26,7 +26,7 @@ belongs to the caller, over batch items or worker processes.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import from_dtype, njit, types
 
 from .fastmath import (
     KERNEL_OPTS,
@@ -153,6 +153,22 @@ def _matmul_serial(a, b, out):  # pragma: no cover - compiled
         _block(a, b, out, t, nc)
 
 
+#: dtype -> the compiled ``_matmul_serial`` for (any-layout ``a``, C-contiguous ``b``, ``out``)
+_SERIAL: dict = {}
+
+
+def _serial_kernel(dtype: np.dtype):
+    """The one specialisation per dtype: ``a`` typed as any layout (it is read by scalar
+    loads only), so contiguous and strided ``a`` share one compile instead of two."""
+    fn = _SERIAL.get(dtype)
+    if fn is None:
+        ty = from_dtype(dtype)
+        sig = (types.Array(ty, 2, "A"), types.Array(ty, 2, "C"), types.Array(ty, 2, "C"))
+        _matmul_serial.compile(sig)
+        fn = _SERIAL[dtype] = _matmul_serial.overloads[sig].entry_point
+    return fn
+
+
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``a @ b`` with a fixed reduction order: bitwise the same for every thread count.
 
@@ -185,5 +201,5 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     if K == 0:
         out[...] = 0.0
         return out
-    _matmul_serial(a, b, out)
+    _serial_kernel(a.dtype)(a, b, out)
     return out
