@@ -213,10 +213,10 @@ def training(args: argparse.Namespace) -> None:
                     f"{t['fwd']:.2f}",
                     f"{t['bwd']:.2f}",
                     f"{ttot:.2f}",
-                    f"{ttot / tot:.0f}x",
+                    f"{ttot / tot:.0f}x" if ttot >= 10 * tot else f"{ttot / tot:.2f}x",
                 ]
-                if args.torch_amt_seconds:
-                    notes.append(f"{name}: torch_amt on {t['seconds']:g} s of the signal")
+                if args.torch_amt_seconds and not notes:
+                    notes.append(f"torch_amt ran on the first {t['seconds']:g} s of the signal")
         print(
             f"| {name} | {r['fwd']:.3f} | {r['bwd']:.3f} | {tot:.3f} | {TARGET.get(name) or '-'} "
             f"| {r['bwd'] / r['fwd']:.1f} | " + " | ".join(ta_cells) + f" | {mb} |"
