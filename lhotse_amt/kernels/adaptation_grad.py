@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from .autodiff import _CKA, KERNEL_OPTS, checkpoint_blocks
-from .cpu import _np, _threads
+from .autodiff import _CKA, KERNEL_OPTS, backward_buffers, forward_buffers
+from .cpu import _np
 from .fastmath import assume_distinct_arrays, denormals_off, exp_nonpos_inline, restore_fp_mode
 
 __all__ = ["adaptation_forward", "adaptation_backward"]
@@ -247,12 +247,7 @@ def adaptation_forward(
     """``x (Rx, T)``, ``a``, ``m`` ``(Rc, J)``, ``zi (R, J)`` -> raw loop output
     ``v (R, T)``, final states ``(R, J)`` and (``keep``) the checkpoints of the backward
     ``(R, checkpoint_blocks(T), J)`` float64 (else ``(R, 0, J)``)."""
-    _threads()
-    R, T = xrow.shape[0], x.shape[1]
-    J = zi.shape[1]
-    y = torch.empty((R, T), dtype=x.dtype)
-    zf = torch.empty(zi.shape, dtype=torch.float64)
-    ck = torch.empty((R, checkpoint_blocks(T) if keep else 0, J), dtype=torch.float64)
+    y, zf, ck = forward_buffers(x, xrow, zi, keep)
     _adapt_fwd(
         _np(x),
         _np(xrow),
@@ -286,13 +281,9 @@ def adaptation_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-row ``gx (R, T)``, ``ga (R, J)``, ``gm (R, J)``, ``gzi (R, J)`` from the
     forward's checkpoints ``ck``."""
-    _threads()
-    R, T = gy.shape
-    J = zi.shape[1]
-    gx = torch.empty((R, T) if want_x else (R, 0), dtype=x.dtype)
-    ga = torch.zeros((R, J), dtype=torch.float64)
-    gm = torch.zeros((R, J), dtype=torch.float64)
-    gzi = torch.empty((R, J), dtype=torch.float64)
+    gx, gzi = backward_buffers(gy, x, zi, want_x)
+    ga = torch.zeros(zi.shape, dtype=torch.float64)
+    gm = torch.zeros(zi.shape, dtype=torch.float64)
     _adapt_bwd(
         _np(gy),
         _np(gzf.double()),

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from .autodiff import _CKA, KERNEL_OPTS, checkpoint_blocks
-from .cpu import _np, _threads
+from .autodiff import _CKA, KERNEL_OPTS, backward_buffers, forward_buffers
+from .cpu import _np
 from .fastmath import assume_distinct_arrays, denormals_off, restore_fp_mode
 
 __all__ = ["resonator_forward", "resonator_backward"]
@@ -250,12 +250,7 @@ def resonator_forward(
     """``x (Rx, T)``; ``pole``, ``gain`` ``(Rc, 2)`` (real, imaginary); ``mode (Rc,)``
     (0: ``Re``, 1: ``|.|``); ``zi (R, K, 2)`` -> ``y (R, T)``, ``zf (R, K, 2)`` and the
     backward's checkpoints ``(R, checkpoint_blocks(T), K, 2)`` float64."""
-    _threads()
-    R, T = xrow.shape[0], x.shape[1]
-    K = zi.shape[1]
-    y = torch.empty((R, T), dtype=x.dtype)
-    zf = torch.empty(zi.shape, dtype=torch.float64)
-    ck = torch.empty((R, checkpoint_blocks(T), K, 2), dtype=torch.float64)
+    y, zf, ck = forward_buffers(x, xrow, zi)
     _res_fwd(
         _np(x),
         _np(xrow),
@@ -287,12 +282,9 @@ def resonator_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-row ``gx (R, T)``, ``gpole (R, 2)``, ``ggain (R, 2)``, ``gzi (R, K, 2)``
     (complex gradients as PyTorch defines them: ``dL/dRe + i dL/dIm``)."""
-    _threads()
-    R, T = gy.shape
-    gx = torch.empty((R, T) if want_x else (R, 0), dtype=x.dtype)
-    gp = torch.zeros((R, 2), dtype=torch.float64)
-    gg = torch.zeros((R, 2), dtype=torch.float64)
-    gzi = torch.empty(zi.shape, dtype=torch.float64)
+    gx, gzi = backward_buffers(gy, x, zi, want_x)
+    gp = torch.zeros((gy.shape[0], 2), dtype=torch.float64)
+    gg = torch.zeros((gy.shape[0], 2), dtype=torch.float64)
     _res_bwd(
         _np(gy),
         _np(gzf.double()),

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from .autodiff import _CKA, KERNEL_OPTS, checkpoint_blocks
-from .cpu import _np, _threads
+from .autodiff import _CKA, KERNEL_OPTS, backward_buffers, forward_buffers
+from .cpu import _np
 from .fastmath import assume_distinct_arrays, denormals_off, restore_fp_mode
 
 __all__ = ["sos_forward", "sos_backward"]
@@ -194,12 +194,7 @@ def sos_forward(
     """``x (Rx, T)``, ``xrow (R,)``, ``sos (Rc, S, 6)``, ``crow (R,)``, ``zi (R, S, 2)`` ->
     ``y (R, T)`` in ``x``'s dtype, ``zf (R, S, 2)`` in ``zi``'s and the backward's
     checkpoints ``(R, checkpoint_blocks(T), S, 2)`` float64."""
-    _threads()
-    R, T = xrow.shape[0], x.shape[1]
-    S = sos.shape[1]
-    y = torch.empty((R, T), dtype=x.dtype)
-    zf = torch.empty(zi.shape, dtype=torch.float64)
-    ck = torch.empty((R, checkpoint_blocks(T), S, 2), dtype=torch.float64)
+    y, zf, ck = forward_buffers(x, xrow, zi)
     _sos_fwd(
         _np(x),
         _np(xrow),
@@ -227,12 +222,8 @@ def sos_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-row gradients ``gx (R, T)``, ``gsos (R, S, 6)``, ``gzi (R, S, 2)`` (float64
     for the coefficient and state gradients, ``x``'s dtype for ``gx``)."""
-    _threads()
-    R, T = gy.shape
-    S = sos.shape[1]
-    gx = torch.empty((R, T) if want_x else (R, 0), dtype=x.dtype)
-    gsos = torch.zeros((R, S, 6), dtype=torch.float64)
-    gzi = torch.empty((R, S, 2), dtype=torch.float64)
+    gx, gzi = backward_buffers(gy, x, zi, want_x)
+    gsos = torch.zeros((gy.shape[0], sos.shape[1], 6), dtype=torch.float64)
     _sos_bwd(
         _np(gy),
         _np(gzf.double()),
