@@ -48,7 +48,7 @@ Implementations: a compiled numba kernel that runs the whole channel (both paths
 compression and all sections) sample by sample (:mod:`lhotse_amt.kernels.paulick`; CPU
 inference), and plain torch built on :func:`lhotse_amt.functional.iir.sosfilt` (any device,
 differentiable with respect to the signal and every coefficient). Checked against the AMT
-0.9.10 ``lopezpoveda2001`` reference outputs (``tests/test_drnl_reference.py``).
+0.9.10 ``lopezpoveda2001`` reference outputs (``tests/modules/test_drnl_reference.py``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ sample-rate output), which varies with the machine's memory state. Each row prin
 peak resident set size (high-water mark reset before the row, host cache released;
 ``_rss.py``).
 
-    python benchmarks/bench_issue4_paulick.py [--durations 1 10] [--batches 1 8] [--reps 2]
+    python benchmarks/bench_paulick2024.py [--durations 1 10] [--batches 1 8] [--reps 2]
         [--what model extractor] [--channels 50] [--dtype float32]
 """
 

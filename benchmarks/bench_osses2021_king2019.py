@@ -11,7 +11,7 @@ default config at 44.1 kHz (10-ms frames, 2-s chunks): ``fused`` is the default
 timed alternately in the same process (best of ``--reps``). Prints each row's peak resident
 set size (high-water mark reset before the row, host cache released; ``_rss.py``).
 
-    python benchmarks/bench_issue4_osses_king.py [--rates 16000 44100] [--durations 1 10]
+    python benchmarks/bench_osses2021_king2019.py [--rates 16000 44100] [--durations 1 10]
         [--batches 1 8] [--reps 3] [--what forward fused stagewise]
         [--models osses2021 king2019]
 """
