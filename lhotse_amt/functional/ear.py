@@ -18,7 +18,8 @@ factor ``1 + step / 10 kHz`` per step (headphone filter: ``m = 0`` at ``fs/2``).
 piecewise-linear response is sampled on ``grid_n + 1 = 513`` equally spaced frequencies
 ``0 ... fs/2``, transformed by a ``2 grid_n``-point inverse DFT, centred, cut to
 ``numtaps`` and multiplied by a Hamming window (the ``fir2`` frequency-sampling method).
-This reproduces the AMT 1.4 filters to ~1e-15 relative (``tests/models/test_osses2021_reference.py``).
+This reproduces the AMT 1.4 filters to ~1e-15 relative
+(``tests/models/test_osses2021_reference.py``).
 
 **Minimum phase** (:func:`minimum_phase_rceps`): real cepstrum of the ``numtaps``-point DFT,
 folded onto the causal part, exponentiated (same length; the ``numtaps``-point DFT
