@@ -35,8 +35,6 @@ from .._validation import (
     check_rate,
     check_signal,
 )
-from ..kernels import hilbert as _hilbert
-from ..kernels.hilbert import hilbert_rows_, phase_insensitivity_cpu_
 from .butter import butter
 from .iir import lti_filter, resolve_backend, sosfilt
 
@@ -50,7 +48,6 @@ __all__ = [
     "king2019_modulation_filterbank",
     "hilbert_transform",
     "hilbert_envelope",
-    "hilbert_rows_",
     "phase_insensitivity",
 ]
 
@@ -305,8 +302,10 @@ def phase_insensitivity(
     if inplace:
         if torch.is_grad_enabled() and x.requires_grad:
             raise ValueError("phase_insensitivity(inplace=True) needs no autograd on x")
+        from ..kernels import hilbert as _hilbert  # numba: loaded on first use
+
         if _cpu_inplace_ok(x):
-            phase_insensitivity_cpu_(x, sel)
+            _hilbert.phase_insensitivity_cpu_(x, sel)
             return x
         T = x.shape[-1]
         rows_per_block = max(1, _hilbert.BLOCK_SAMPLES // max(T, 1))

@@ -19,8 +19,6 @@ Importing the package leaves numba's settings alone. :func:`use_fork_safe_thread
 
 import os
 
-import numba
-
 #: numba's threading layers in the order :func:`use_fork_safe_threading` prefers them
 FORK_SAFE_PRIORITY = ["tbb", "workqueue", "omp"]
 
@@ -40,6 +38,7 @@ def use_fork_safe_threading() -> bool:
         Whether the priority decides the layer (False: ``NUMBA_THREADING_LAYER`` is set, or
         numba already started its threads with another order).
     """
+    import numba
     from numba.np.ufunc import parallel
 
     if not parallel._is_initialized:
