@@ -48,6 +48,8 @@ import os
 import subprocess
 import sys
 
+import _settings  # noqa: F401  (huge pages, host cache: inherited by the timed processes)
+
 SETUP = r"""
 import json, os, sys, time, torch
 cfg = json.loads(sys.argv[1])
