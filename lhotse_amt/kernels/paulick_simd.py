@@ -1,7 +1,7 @@
 """The fused Paulick et al. (2024) front end with its states in vector registers.
 
 DRNL -> IHC -> adaptation loops -> FIR decimator: the recursion of
-:func:`lhotse_amt.kernels.paulick.frontend` (its channel-vectorised kernel keeps every
+:func:`lhotse_amt.kernels.paulick_frontend.frontend` (its channel-vectorised kernel keeps every
 filter state in memory, and loads and stores, not arithmetic, set its speed). Here the
 channels are cut into blocks of 8 (one float64 vector, :mod:`lhotse_amt.kernels.simd`) and
 groups of up to ``_GROUP`` blocks; each group runs over the signal in chunks of ``_CHUNK``
@@ -456,7 +456,7 @@ def frontend_kernel(
     x, g, lin, nl1, nl2, a, b, c, zl, z1, z2, p, w, aa, mm, s,
     minlvl, use_limit, c0, sc, wd, hist, j0, R, round32, y,
 ) -> None:  # fmt: skip
-    """Drop-in for :func:`lhotse_amt.kernels.paulick._frontend_kernel` with ``R >= 1`` and
+    """Drop-in for :func:`lhotse_amt.kernels.paulick_frontend._frontend_kernel` with ``R >= 1`` and
     ``c = 1/4`` (same arguments: channel axis padded to a multiple of 8, states updated in
     place, ``y (N, C, M)`` written)."""
     N, T = x.shape

@@ -23,7 +23,7 @@ cell -> adaptation loops -> decimation to ``fs / 4`` -> modulation filterbank.
   ``12 R`` input samples) evaluated only at the kept samples ``n = R m``; causal and
   streaming, so chunked processing equals one-shot processing. For CPU inference the
   DRNL, IHC, adaptation loops and decimator run as one compiled pass
-  (:func:`lhotse_amt.kernels.paulick.frontend`) that stores only the decimated signal;
+  (:func:`lhotse_amt.kernels.paulick_frontend.frontend`) that stores only the decimated signal;
   :meth:`stream` then returns the stages it materialises (``outerear``, ``resampled``,
   ``modulation``), with states interchangeable with the stage-wise path's.
 * **Modulation filterbank** (preset ``"paulick2024"``: 150-Hz pre-filter, 2.5-Hz low-pass,
@@ -395,7 +395,7 @@ class Paulick2024(DecisionMixin, StreamingModel):
             return out, new
         fused = last >= names.index("adaptation") and not self.return_stages and self._fused_ok(y)
         if fused:
-            from ..kernels import paulick
+            from ..kernels import paulick_frontend
 
             B, C = y.shape[0], self.num_channels
             a, m, s0, minlvl, c0 = self._adapt_constants(y.dtype)
@@ -409,7 +409,7 @@ class Paulick2024(DecisionMixin, StreamingModel):
             # with the decimated stages requested the decimator runs inside the kernel too
             # (no sample-rate output is stored; the "adaptation" stage is then not returned)
             dec = last >= names.index("resampled")
-            ya, new["drnl"], new["ihc"], new["adaptation"], dst = paulick.frontend(
+            ya, new["drnl"], new["ihc"], new["adaptation"], dst = paulick_frontend.frontend(
                 y,
                 (d.lin_gain, torch.cat([d.lin_gt, d.lin_lp], -2), d.nl_gt,
                  torch.cat([d.nl_gt, d.nl_lp], -2), d.a, d.b, float(d.c)),
