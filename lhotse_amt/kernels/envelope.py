@@ -30,16 +30,12 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False, fas
 
 
 @njit(parallel=True, **_OPTS)
-def _fwd(x, h, sel, out, stats):  # pragma: no cover - compiled
+def _fwd(x, h, slot, out, stats):  # pragma: no cover - compiled
     R, M, T = x.shape
-    S = sel.shape[0]
     for r in prange(R):
         fp = denormals_off()
         for m in range(M):
-            s = -1
-            for q in range(S):
-                if sel[q] == m:
-                    s = q
+            s = slot[m]
             if s < 0:
                 for n in range(T):
                     out[r, m, n] = x[r, m, n]
@@ -63,17 +59,13 @@ def _fwd(x, h, sel, out, stats):  # pragma: no cover - compiled
 
 
 @njit(parallel=True, **_OPTS)
-def _bwd_direct(g, x, h, sel, stats, gx, gh):  # pragma: no cover - compiled
+def _bwd_direct(g, x, h, slot, stats, gx, gh):  # pragma: no cover - compiled
     # gx: the gradient of every band but the Hilbert term; gh = dL/de h / e (selected)
     R, M, T = x.shape
-    S = sel.shape[0]
     for r in prange(R):
         fp = denormals_off()
         for m in range(M):
-            s = -1
-            for q in range(S):
-                if sel[q] == m:
-                    s = q
+            s = slot[m]
             if s < 0:
                 for n in range(T):
                     gx[r, m, n] = g[r, m, n]
@@ -119,6 +111,14 @@ def _sel(sel: list[int]) -> np.ndarray:
     return np.asarray(sel, dtype=np.int64)
 
 
+def _slots(sel: list[int], M: int) -> np.ndarray:
+    """``slot[m]``: the row ``s`` of band ``m`` in ``h`` (``sel[s] == m``), -1 for the bands
+    that are not selected; made once per call instead of searched per row."""
+    slot = np.full(M, -1, dtype=np.int64)
+    slot[_sel(sel)] = np.arange(len(sel), dtype=np.int64)
+    return slot
+
+
 def envelope_forward(
     x: torch.Tensor, h: torch.Tensor, sel: list[int]
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,7 +127,7 @@ def envelope_forward(
     _threads()
     out = torch.empty_like(x)
     stats = torch.empty((x.shape[0], len(sel), 2), dtype=torch.float64)
-    _fwd(x.numpy(), h.numpy(), _sel(sel), out.numpy(), stats.numpy())
+    _fwd(x.numpy(), h.numpy(), _slots(sel, x.shape[1]), out.numpy(), stats.numpy())
     return out, stats
 
 
@@ -138,7 +138,8 @@ def envelope_backward_direct(
     _threads()
     gx = torch.empty_like(x)
     gh = torch.empty_like(h)
-    _bwd_direct(g.numpy(), x.numpy(), h.numpy(), _sel(sel), stats.numpy(), gx.numpy(), gh.numpy())
+    slot = _slots(sel, x.shape[1])
+    _bwd_direct(g.numpy(), x.numpy(), h.numpy(), slot, stats.numpy(), gx.numpy(), gh.numpy())
     return gx, gh
 
 
