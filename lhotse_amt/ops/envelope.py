@@ -10,7 +10,9 @@ plain-torch reference that defines it is the autograd path of
 * the Hilbert transforms as real FFTs (``torch.fft``) and everything around them (the
   envelope, the rms sums, the scaling, the copy of the other bands; in the backward the
   whole chain rule but one Hilbert transform) in one numba pass per row on the CPU
-  (:mod:`lhotse_amt.kernels.envelope`; plain torch on other devices),
+  (:mod:`lhotse_amt.kernels.envelope`), one Triton launch on CUDA
+  (``lhotse_amt.kernels.triton_autodiff.envelope_forward``, ...; plain torch on other
+  devices),
 * a fake implementation (``torch.compile`` / ``torch.export`` trace through it),
 * an analytic backward (operator ``lhotse_amt::rms_envelope_backward``): one more
   Hilbert transform, of ``dL/de h / e``, since ``H`` is antisymmetric (``H^T = -H``).
@@ -27,6 +29,7 @@ import torch
 from torch import Tensor
 
 from ..kernels import envelope as _cpu
+from .recursions import _gpu
 
 __all__ = ["rms_envelope_rows", "rms_envelope"]
 
@@ -88,6 +91,13 @@ def rms_envelope_rows(x: Tensor, sel: list[int]) -> tuple[Tensor, Tensor, Tensor
     return out, h, stats
 
 
+@rms_envelope_rows.register_kernel("cuda")
+def _rms_envelope_cuda(x: Tensor, sel: list[int]):
+    h = _hilbert(x[:, sel])
+    out, stats = _gpu().envelope_forward(x, h, sel)
+    return out, h, stats
+
+
 @rms_envelope_rows.register_fake
 def _(x: Tensor, sel: list[int]):
     R, _, T = x.shape
@@ -109,6 +119,14 @@ def _rms_envelope_backward(
         return gx
     gx, gh = _backward_torch(g, x, h, stats, sel)
     gx[:, sel] -= _hilbert(gh)
+    return gx
+
+
+@_rms_envelope_backward.register_kernel("cuda")
+def _rms_envelope_backward_cuda(g: Tensor, x: Tensor, h: Tensor, stats: Tensor, sel: list[int]):
+    gpu = _gpu()
+    gx, gh = gpu.envelope_backward_direct(g, x, h, stats, sel)
+    gpu.envelope_backward_finish(gx, _hilbert(gh), sel)
     return gx
 
 

@@ -5,8 +5,9 @@ every ``stride``-th output (Paulick et al. 2024's decimation of the IHC output).
 plain-torch reference is ``torch.nn.functional.conv1d(x[:, None, start:], w[None, None],
 stride=stride)``, whose strided backward is slow on the CPU; this operator has
 
-* a CPU kernel (numba, :mod:`lhotse_amt.kernels.fir_grad`: float64 accumulation) and the
-  ``conv1d`` reference on other devices,
+* a CPU kernel (numba, :mod:`lhotse_amt.kernels.fir_grad`: float64 accumulation), a CUDA
+  kernel (Triton, ``lhotse_amt.kernels.triton_autodiff.fir_forward``) and the ``conv1d``
+  reference on other devices,
 * a fake implementation (``torch.compile`` / ``torch.export`` trace through it),
 * a backward operator (``lhotse_amt::strided_fir_backward``) that computes the input and
   tap gradients in one pass over the output gradient.
@@ -20,6 +21,7 @@ import torch
 from torch import Tensor
 
 from ..kernels import fir_grad as _cpu
+from .recursions import _gpu
 
 __all__ = ["strided_fir_rows", "strided_fir"]
 
@@ -38,6 +40,11 @@ def strided_fir_rows(x: Tensor, w: Tensor, start: int, stride: int, n_out: int) 
     if x.device.type == "cpu":
         return _cpu.fir_forward(x, w, start, stride, n_out)
     return _conv(x, w, start, stride, n_out)
+
+
+@strided_fir_rows.register_kernel("cuda")
+def _strided_fir_cuda(x: Tensor, w: Tensor, start: int, stride: int, n_out: int):
+    return _gpu().fir_forward(x, w, start, stride, n_out)
 
 
 @strided_fir_rows.register_fake
@@ -61,6 +68,14 @@ def _strided_fir_backward(
     gx = grads.pop(0) if want_x else x.new_empty((x.shape[0], 0))
     gw = grads.pop(0) if want_w else w.new_zeros((0,), dtype=torch.float64)
     return gx, gw
+
+
+@_strided_fir_backward.register_kernel("cuda")
+def _strided_fir_backward_cuda(
+    g: Tensor, x: Tensor, w: Tensor, start: int, stride: int, want_x: bool, want_w: bool
+):
+    gx, gw = _gpu().fir_backward(g, x, w, start, stride, want_x, want_w)
+    return gx, gw.sum(0) if want_w else w.new_zeros((0,), dtype=torch.float64)
 
 
 @_strided_fir_backward.register_fake
