@@ -11,6 +11,9 @@ padding and chunking change nothing inside an item's length.
 Long recordings are processed in chunks of ``chunk_duration`` seconds whose filter and
 adaptation states are carried from chunk to chunk, so peak memory grows with the feature
 matrix, not with the sample-rate model output, and the result equals one-shot processing.
+A fused pooled path (the whole chain and the pooling in one operator, which keeps its
+states in the kernel and writes frames only) runs the whole batch in one call instead: its
+memory grows with the frames alone, and its kernel launches do not grow with the length.
 
 **Level calibration.** ``full_scale_db_spl`` states the sound pressure level (dB SPL) of a
 digital signal with rms 1. The CASP models use the AMT convention (rms 1 = 100 dB SPL),
@@ -78,7 +81,7 @@ class AuditoryConfig:
             quantisation noise of 24-bit audio), cannot be scaled and raises an error.
         pooling: ``"mean"`` or ``"rms"`` of the model output over each frame.
         chunk_duration: processing chunk (s), finite and > 0; bounds the memory of long
-            recordings.
+            recordings on the stage-wise paths (the fused pooled paths need no chunks).
         channel: for mono models, the channel (an integer index; negative counts from the
             end) of multi-channel input to use; ``None`` with ``downmix=False`` makes
             multi-channel input an error.
@@ -373,11 +376,22 @@ class AuditoryExtractor(FeatureExtractor):
         """Chunks are multiples of this many input samples (a multiple of ``hop``)."""
         return self.hop
 
-    def _chunk_plan(self, model: torch.nn.Module, T: int, acc: FrameAccumulator) -> ChunkPlan:
-        """The chunks of a padded batch of ``T`` samples (:class:`ChunkPlan`)."""
+    def _single_pass(self, model: torch.nn.Module, x: Tensor) -> bool:
+        """Whether batch ``x`` runs as one chunk: a path whose memory grows with the frames
+        alone (a fused pooled operator) gains nothing from chunks but kernel launches, so
+        it processes the whole batch in one call whatever its length."""
+        return False
+
+    def _chunk_plan(
+        self, model: torch.nn.Module, T: int, acc: FrameAccumulator, single: bool = False
+    ) -> ChunkPlan:
+        """The chunks of a padded batch of ``T`` samples (:class:`ChunkPlan`): of
+        ``chunk_duration`` seconds, or one chunk for the whole batch if ``single``."""
         align = self._chunk_alignment()
-        chunk = int(round(self.config.chunk_duration * self.config.sampling_rate))
         end = min(T, max(min(n, f * self.hop) for n, f in zip(acc.lengths, acc.num_frames)))
+        if single:
+            return ChunkPlan(max(align, -(-end // align) * align), end)
+        chunk = int(round(self.config.chunk_duration * self.config.sampling_rate))
         return ChunkPlan(max(align, chunk // align * align), end)
 
     def _initial_state(self, model: torch.nn.Module, lengths: list[int]) -> Any:
@@ -403,7 +417,7 @@ class AuditoryExtractor(FeatureExtractor):
             [self._num_frames(n) for n in lengths],
             self.config.pooling == "rms",
         )
-        plan = self._chunk_plan(model, x.shape[-1], acc)
+        plan = self._chunk_plan(model, x.shape[-1], acc, self._single_pass(model, x))
         if plan.lookahead:  # zeros after the batch (the items' own ends are zero-padded)
             if x.device.type == "cpu":  # numpy on this thread (no torch parallel region)
                 xp = np.zeros((*x.shape[:-1], x.shape[-1] + plan.lookahead), x.numpy().dtype)

@@ -137,6 +137,10 @@ class FusedPooling:
         acc.add_block_sums(torch.from_numpy(sums_np), t0)
         return state
 
+    def _single_pass(self, model: torch.nn.Module, x: Tensor) -> bool:
+        # the fused chain keeps its state in the kernel and writes block sums only
+        return self._fused_ok(model, x)
+
 
 class CASPExtractor(MUMixing, FusedPooling, AuditoryExtractor):
     """Common code of the modulation-filterbank extractors with model-unit output

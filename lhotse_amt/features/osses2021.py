@@ -121,8 +121,10 @@ class Osses2021Extractor(CASPExtractor):
             preset=c.preset,
         )
 
-    def _chunk_plan(self, model: torch.nn.Module, T: int, acc: FrameAccumulator) -> ChunkPlan:
-        plan = super()._chunk_plan(model, T, acc)
+    def _chunk_plan(
+        self, model: torch.nn.Module, T: int, acc: FrameAccumulator, single: bool = False
+    ) -> ChunkPlan:
+        plan = super()._chunk_plan(model, T, acc, single)
         return ChunkPlan(plan.chunk, plan.end, int(model.lookahead))
 
     def _initial_state(self, model: torch.nn.Module, lengths: list[int]) -> Any:

@@ -1,8 +1,9 @@
 """Fused pooled CPU feature paths (Dau1997, Osses2021, King2019 extractors; kernels in
 :mod:`lhotse_amt.kernels.casp` and :mod:`lhotse_amt.kernels.king2019`, the register
 kernels of float32 models in ``casp_simd`` and ``king2019_simd``): equal to the
-stage-wise paths, chunked == one-shot, batch == single, register == channel-vectorised
-kernels; and the kernels' inline exp / log against numpy."""
+stage-wise paths, chunked (the pooled chain streamed over chunks with its states carried)
+== one pass, batch == single, register == channel-vectorised kernels; and the kernels'
+inline exp / log against numpy."""
 
 from __future__ import annotations
 
@@ -55,6 +56,12 @@ def _unfused(ex: object) -> object:
     return ex
 
 
+def _chunked(ex: object) -> object:
+    """Stream the fused path chunk by chunk (the extractor runs it in one pass)."""
+    ex._single_pass = lambda model, x: False  # type: ignore[attr-defined]
+    return ex
+
+
 def _frames(ex: object, x: np.ndarray) -> np.ndarray:
     """Frames before the float32 output cast (the extractor's computation dtype)."""
     t = torch.from_numpy(x.astype(np.float64))[None, None].to(ex.torch_dtype)
@@ -101,8 +108,8 @@ def test_fused_float32(case: str) -> None:
 @pytest.mark.parametrize("case", list(CASES))
 def test_fused_chunked_equals_one_shot(case: str) -> None:
     x = _signal(0.93, seed=1)
-    a = _extractor(case, dtype="float64", chunk_duration=0.05).extract(x, FS)
-    b = _extractor(case, dtype="float64", chunk_duration=10.0).extract(x, FS)
+    a = _chunked(_extractor(case, dtype="float64", chunk_duration=0.05)).extract(x, FS)
+    b = _extractor(case, dtype="float64", chunk_duration=0.05).extract(x, FS)
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * np.abs(b).max())
 
 
@@ -119,15 +126,15 @@ def test_register_pooled_kernel(case: str, monkeypatch) -> None:
     orig = kernel.pooled
     monkeypatch.setattr(kernel, "pooled", lambda *a: calls.append(1) or orig(*a))
     xs = [_signal(0.93, seed=1), _signal(0.4137, seed=6)]
-    simd = _extractor(case, chunk_duration=0.05).extract_batch(xs, FS)
+    simd = _chunked(_extractor(case, chunk_duration=0.05)).extract_batch(xs, FS)
     assert calls
     monkeypatch.setattr(modbank_simd, "ENABLED", False)
     n = len(calls)
-    lanes = _extractor(case, chunk_duration=0.05).extract_batch(xs, FS)
+    lanes = _chunked(_extractor(case, chunk_duration=0.05)).extract_batch(xs, FS)
     assert len(calls) == n
     monkeypatch.setattr(modbank_simd, "ENABLED", True)
     for x, a, b in zip(xs, simd, lanes):
-        one_shot = _extractor(case, chunk_duration=10.0).extract(x, FS)
+        one_shot = _extractor(case, chunk_duration=0.05).extract(x, FS)
         assert a.shape == b.shape == one_shot.shape
         assert _rel(a, b) <= 3e-7
         # (Osses2021's float32 ear filters alone differ by ~4e-6 between chunked and one
