@@ -33,14 +33,15 @@ from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
-from numba import literally, njit, prange, types
+from numba import literally, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .fastmath import denormals_off, restore_fp_mode
+from .jobs import literal_entry, run_jobs
 from .modbank_simd import _CHUNK, _mod8
 from .modbank_simd import _layout as _mod_layout
-from .paulick_simd import _block_ptr, _call_literal, _lits, _sections, adaptation_loops_blocks
+from .paulick_simd import _block_ptr, _lits, _sections, adaptation_loops_blocks
 from .simd import WIDTH, VecBuilder, array_ptr, store_tiles, wide_function
 
 __all__ = ["acc8", "block_segments", "pooled", "samples", "supported"]
@@ -181,11 +182,12 @@ def _adapt8(typingctx, buf, nt, P, Z, blk0, G, K, SI, J, FLAGS):  # noqa: ANN001
     return sig, codegen
 
 
-@njit(parallel=True, **_NOPY)
-def _samples_kernel(x, P, Z, PM, ZM, rowoff, y, K, SI, J, G, FLAGS, SP, SL, M1):  # noqa: E501  # pragma: no cover
-    # x (B, T) float64; P (NBp, NP, 8), Z (B, NBp, NZ, 8): front; PM (NBp, NPM, 8), ZM (B,
-    # NBp, NZM, 8): modulation filterbank (modbank_simd layout); rowoff (NBp, M1 + 1, 8):
-    # output row of (block, band, lane), -1 where not written; y (B, R, T)
+@njit(**_NOPY)
+def _samples_kernel(j0, j1, x, P, Z, PM, ZM, rowoff, y, K, SI, J, G, FLAGS, SP, SL, M1):  # noqa: E501  # pragma: no cover
+    # jobs j0 .. j1 of B * NG (item, group of G blocks); x (B, T) float64; P (NBp, NP, 8),
+    # Z (B, NBp, NZ, 8): front; PM (NBp, NPM, 8), ZM (B, NBp, NZM, 8): modulation
+    # filterbank (modbank_simd layout); rowoff (NBp, M1 + 1, 8): output row of (block,
+    # band, lane), -1 where not written; y (B, R, T)
     literally(K)
     literally(SI)
     literally(J)
@@ -197,7 +199,7 @@ def _samples_kernel(x, P, Z, PM, ZM, rowoff, y, K, SI, J, G, FLAGS, SP, SL, M1):
     B, R, T = y.shape
     NG = P.shape[0] // G
     yflat = y.reshape(-1)
-    for job in prange(B * NG):
+    for job in range(j0, j1):
         b = job // NG
         blk0 = (job - b * NG) * G
         fp = denormals_off()
@@ -307,7 +309,7 @@ def samples(plan: object, xn: np.ndarray, y: np.ndarray) -> None:
     ZM = np.zeros((B, NBp, _mod_layout(SP, SL, M1).NZ, WIDTH))
     flags = int(plan.use_limit) | 2
     args = (xn, Pf, Z, Pm, ZM, rowoff, y, plan.K, plan.ihc.shape[0], plan.J, G, flags, SP, SL, M1)
-    _call_literal(_samples_kernel, args, 8)
+    run_jobs(literal_entry(_samples_kernel, (0, 0, *args), 8), B * (NBp // G), args)
 
 
 @intrinsic
@@ -362,9 +364,9 @@ def block_segments(n0, nt, Tb, hop, cnt, seg):  # pragma: no cover - compiled
     return ns, cnt
 
 
-@njit(parallel=True, **_NOPY)
+@njit(**_NOPY)
 def _pooled_kernel(
-    x, ends, hop, P, Z, PM, ZM, rowoff, sums, K, SI, J, G, FLAGS, SP, SL, M1, SQUARE
+    j0, j1, x, ends, hop, P, Z, PM, ZM, rowoff, sums, K, SI, J, G, FLAGS, SP, SL, M1, SQUARE
 ):  # noqa: E501  # pragma: no cover
     # as _samples_kernel, but every band is summed (squared with SQUARE) over blocks of
     # hop samples into sums (B, C, M1 + 1, nblk) instead of written; item b stops at
@@ -381,7 +383,7 @@ def _pooled_kernel(
     literally(SQUARE)
     B, T = x.shape
     NG = P.shape[0] // G
-    for job in prange(B * NG):
+    for job in range(j0, j1):
         b = job // NG
         blk0 = (job - b * NG) * G
         fp = denormals_off()
@@ -448,5 +450,5 @@ def pooled(
         xn, np.asarray(ends, np.int64), int(hop), Pf, Z, Pm, ZM, rowoff, sums,
         plan.K, plan.ihc.shape[0], plan.J, G, flags, SP, SL, M1, int(bool(square)),
     )  # fmt: skip
-    _call_literal(_pooled_kernel, args, 9)
+    run_jobs(literal_entry(_pooled_kernel, (0, 0, *args), 9), B * (NBp // G), args)
     return sums, {"front": Z, "mod": ZM}

@@ -22,12 +22,13 @@ from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
-from numba import literally, njit, prange, types
+from numba import literally, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .fastmath import denormals_off, restore_fp_mode
-from .paulick_simd import _call_literal, _lits, _sections
+from .jobs import literal_entry, run_jobs
+from .paulick_simd import _lits, _sections
 from .simd import WIDTH, VecBuilder, array_ptr, store_tiles, wide_function
 
 __all__ = ["envelopes"]
@@ -180,9 +181,10 @@ def _write_rows(buf, k, y, yflat, b, c0, nl, m, n0, nt, offs):  # pragma: no cov
             y[b, c0 + lane, m, n0 + n] = buf[k, n, lane]
 
 
-@njit(parallel=True, **_NOPY)
-def _envelopes_kernel(u, h, y, bands, P, Z, Q, L, G, S, FLAGS):  # pragma: no cover - compiled
-    # u, h (B, C, T): band-pass input and its Hilbert transform (views, may be rows of y);
+@njit(**_NOPY)
+def _envelopes_kernel(j0, j1, u, h, y, bands, P, Z, Q, L, G, S, FLAGS):  # noqa: E501  # pragma: no cover
+    # jobs j0 .. j1 of B * NB (item, block of 8 channels); u, h (B, C, T): band-pass
+    # input and its Hilbert transform (views, may be rows of y);
     # y (B, C, M, T) output, band bands[i] written; P (B, NB, bands * NPB, 8); Z (B, NB,
     # bands * NZB, 8) zeros; Q (bands, 2 S, 2 S); L (bands,); G (bands * S * T,)
     literally(S)
@@ -192,7 +194,7 @@ def _envelopes_kernel(u, h, y, bands, P, Z, Q, L, G, S, FLAGS):  # pragma: no co
     nband = bands.shape[0]
     NZB = 4 * S
     yflat = y.reshape(-1)
-    for job in prange(B * NB):
+    for job in range(j0, j1):
         b = job // NB
         blk = job - b * NB
         c0 = blk * 8
@@ -276,4 +278,4 @@ def envelopes(
         u, h, y, np.asarray(bands, np.int64), P, Z, np.ascontiguousarray(Q),
         np.asarray(L, np.int64), np.ascontiguousarray(gam).reshape(-1), S, flags,
     )  # fmt: skip
-    _call_literal(_envelopes_kernel, args, 2)
+    run_jobs(literal_entry(_envelopes_kernel, (0, 0, *args), 2), B * NB, args)

@@ -30,14 +30,15 @@ from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
-from numba import literally, njit, prange, types
+from numba import literally, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .casp_simd import acc8, block_segments
 from .fastmath import denormals_off, restore_fp_mode
+from .jobs import literal_entry, run_jobs
 from .king2019_envelope_simd import _CHUNK, _I64, _NOPY, _write_rows
-from .paulick_simd import _call_literal, _lits, _sections
+from .paulick_simd import _lits, _sections
 from .simd import WIDTH, VecBuilder, array_ptr, wide_function
 
 __all__ = ["pooled", "samples", "supported"]
@@ -250,9 +251,10 @@ def _bands8(typingctx, ub, n0, nt, P, Z, ob, K, SI, SO, M, S, NG, SUMS):  # noqa
     return sig, codegen
 
 
-@njit(parallel=True, **_NOPY)
-def _samples_kernel(x, P, Z, y, written, urow, K, SI, SO, M, S, NG, SUMS):  # pragma: no cover
-    # x (B, T) float64; P (NB, NP, 8); Z (B, NB, NZ, 8) (updated); y (B, C, M, T): band m
+@njit(**_NOPY)
+def _samples_kernel(j0, j1, x, P, Z, y, written, urow, K, SI, SO, M, S, NG, SUMS):  # noqa: E501  # pragma: no cover
+    # jobs j0 .. j1 of B * NB (item, block of 8 channels); x (B, T) float64; P (NB,
+    # NP, 8); Z (B, NB, NZ, 8) (updated); y (B, C, M, T): band m
     # written where written[m]; the band-pass input into the rows of band urow (>= 0)
     literally(K)
     literally(SI)
@@ -264,7 +266,7 @@ def _samples_kernel(x, P, Z, y, written, urow, K, SI, SO, M, S, NG, SUMS):  # pr
     B, C, _, T = y.shape
     NB = P.shape[0]
     yflat = y.reshape(-1)
-    for job in prange(B * NB):
+    for job in range(j0, j1):
         b = job // NB
         blk = job - b * NB
         c0 = blk * 8
@@ -358,7 +360,7 @@ def samples(
     urow = lin[0] if lin else -1
     sums = sum(1 << m for m in lin)
     args = (xn, P, Z, y, written, urow, plan.K, SI, SO, M, S, _BAND_GROUP, sums)
-    _call_literal(_samples_kernel, args, 7)
+    run_jobs(literal_entry(_samples_kernel, (0, 0, *args), 7), B * P.shape[0], args)
     # (B, NB, rows, 8) -> (B, rows, P)
     lay = _front_layout(plan.K, SI, SO, M, S)
     Zl = Z.transpose(0, 2, 1, 3).reshape(B, lay.NZ, P.shape[0] * WIDTH)
@@ -368,9 +370,10 @@ def samples(
     return bank, pis
 
 
-@njit(parallel=True, **_NOPY)
-def _pooled_kernel(x, ends, hop, P, Z, sums, K, SI, SO, M, S, NG, SQUARE):  # noqa: E501  # pragma: no cover
-    # the first pass without outputs: every band (gain, |.| where flagged) summed (squared
+@njit(**_NOPY)
+def _pooled_kernel(j0, j1, x, ends, hop, P, Z, sums, K, SI, SO, M, S, NG, SQUARE):  # noqa: E501  # pragma: no cover
+    # jobs j0 .. j1 of B * NB (item, block of 8 channels): the first pass without
+    # outputs: every band (gain, |.| where flagged) summed (squared
     # with SQUARE) over blocks of hop samples into sums (B, C, M, nblk); item b stops at
     # ends[b] (its states are those after sample ends[b] - 1, as the channel-vectorised
     # kernel's)
@@ -384,7 +387,7 @@ def _pooled_kernel(x, ends, hop, P, Z, sums, K, SI, SO, M, S, NG, SQUARE):  # no
     B, T = x.shape
     C = sums.shape[1]
     NB = P.shape[0]
-    for job in prange(B * NB):
+    for job in range(j0, j1):
         b = job // NB
         blk = job - b * NB
         c0 = blk * 8
@@ -431,5 +434,5 @@ def pooled(
         xn, np.asarray(ends, np.int64), int(hop), P, Z, sums,
         plan.K, SI, SO, M, S, _BAND_GROUP, int(bool(square)),
     )  # fmt: skip
-    _call_literal(_pooled_kernel, args, 7)
+    run_jobs(literal_entry(_pooled_kernel, (0, 0, *args), 7), B * P.shape[0], args)
     return sums, {"front": Z}

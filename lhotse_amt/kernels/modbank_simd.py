@@ -32,16 +32,17 @@ from typing import NamedTuple
 import numpy as np
 import torch
 from llvmlite import ir
-from numba import literally, njit, prange, types
+from numba import literally, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .. import _alloc
 from . import SIMD
-from .cpu import _np, _threads
+from .cpu import _np
 from .fastmath import denormals_off, restore_fp_mode
+from .jobs import literal_entry, run_jobs
 from .modbank import state_arrays
-from .paulick_simd import _call_literal, _lits
+from .paulick_simd import _lits
 from .simd import WIDTH, VecBuilder, array_ptr, store_tiles, wide_function
 
 __all__ = ["ENABLED", "modulation_bank", "modulation_bank_pooled"]
@@ -183,16 +184,17 @@ def _mod8(typingctx, ib, nt, P, Z, ob, SP, SL, M1, FLAGS):  # noqa: ANN001
     return sig, codegen
 
 
-@njit(parallel=True, **_NOPY)
-def _blocks_kernel(x, P, Z, sc, y, SP, SL, M1):  # pragma: no cover - compiled
-    # x (B, C, T); P (NB, NP, 8); Z (B, NB, NZ, 8); sc (C, M1 + 1); y (B, C, M1 + 1, T)
+@njit(**_NOPY)
+def _blocks_kernel(j0, j1, x, P, Z, sc, y, SP, SL, M1):  # pragma: no cover - compiled
+    # jobs j0 .. j1 of B * NB (item, block of 8 channels); x (B, C, T); P (NB, NP, 8);
+    # Z (B, NB, NZ, 8); sc (C, M1 + 1); y (B, C, M1 + 1, T)
     literally(SP)
     literally(SL)
     literally(M1)
     B, C, T = x.shape
     NB = P.shape[0]
     yflat = y.reshape(-1)
-    for job in prange(B * NB):
+    for job in range(j0, j1):
         b = job // NB
         blk = job - b * NB
         c0 = blk * 8
@@ -228,8 +230,8 @@ def _blocks_kernel(x, P, Z, sc, y, SP, SL, M1):  # pragma: no cover - compiled
         restore_fp_mode(fp)
 
 
-@njit(parallel=True, **_NOPY)
-def _pooled_kernel(x, P, Z, s, e, nf, R, out, SP, SL, M1, FLAGS):  # noqa: E501  # pragma: no cover
+@njit(**_NOPY)
+def _pooled_kernel(j0, j1, x, P, Z, s, e, nf, R, out, SP, SL, M1, FLAGS):  # noqa: E501  # pragma: no cover
     # as _blocks_kernel, but each band's output is pooled at once instead of written:
     # out[b, c, m, f] = the mean (or rms) over input samples [s[b, f], e[b, f]) of the band
     # output held over R input samples per sample, with the arithmetic and summation order
@@ -244,7 +246,7 @@ def _pooled_kernel(x, P, Z, s, e, nf, R, out, SP, SL, M1, FLAGS):  # noqa: E501 
     rms = (FLAGS & 4) != 0
     B, C, T = x.shape
     NB = P.shape[0]
-    for job in prange(B * NB):
+    for job in range(j0, j1):
         b = job // NB
         blk = job - b * NB
         c0 = blk * 8
@@ -408,11 +410,11 @@ def modulation_bank(
     keys and results): ``x (..., C, T)``; band-pass ``pole``/``gain`` complex ``(C, M-1)``,
     ``use_abs`` ``(C, M-1)``; ``scale (C, M)``. Returns ``(..., C, M, T)`` in ``x``'s dtype and
     the state (keys ``pre``, ``lp``, ``bp``)."""
-    _threads()
     k = _Packed(x, lp_sos, prefilter_sos, pole, gain, use_abs, scale, state)
     y = _alloc.empty((k.B, k.C, k.M1 + 1, k.T), k.xn.dtype)
     if k.T > 0:
-        _call_literal(_blocks_kernel, (k.xn, k.P, k.Z, k.sc, y, *k.literals()), 3)
+        args = (k.xn, k.P, k.Z, k.sc, y, *k.literals())
+        run_jobs(literal_entry(_blocks_kernel, (0, 0, *args), 3), k.B * k.P.shape[0], args)
     return torch.from_numpy(y).reshape(*k.lead, k.C, k.M1 + 1, k.T), k.new_state()
 
 
@@ -439,7 +441,6 @@ def modulation_bank_pooled(
     ``(B, C, M, F)`` float64, equal bit for bit to
     :func:`lhotse_amt.kernels.paulick.pool_held` of :func:`modulation_bank`'s output, and the
     new state."""
-    _threads()
     k = _Packed(x, lp_sos, prefilter_sos, pole, gain, use_abs, scale, state)
     starts = np.ascontiguousarray(starts, np.int64).reshape(k.B, -1)
     ends = np.ascontiguousarray(ends, np.int64).reshape(k.B, -1)
@@ -448,6 +449,6 @@ def modulation_bank_pooled(
     if k.T > 0:  # (also without frames: the states advance)
         round32 = k.xn.dtype == np.float32
         flags = 1 | 2 * int(round32) | 4 * int(bool(rms))
-        args = (k.xn, k.P, k.Z, starts, ends, counts, int(R), out)
-        _call_literal(_pooled_kernel, (*args, *k.literals(), flags), 4)
+        args = (k.xn, k.P, k.Z, starts, ends, counts, int(R), out, *k.literals(), flags)
+        run_jobs(literal_entry(_pooled_kernel, (0, 0, *args), 4), k.B * k.P.shape[0], args)
     return out, k.new_state()

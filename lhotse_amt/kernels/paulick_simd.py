@@ -32,14 +32,14 @@ fixed operation order, so chunked and one-shot processing agree bit for bit.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from llvmlite import ir
-from numba import literally, njit, prange, types
+from numba import literally, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .fastmath import denormals_off, restore_fp_mode
+from .jobs import literal_entry, run_jobs
 from .simd import WIDTH, VecBuilder, array_ptr, wide_function
 
 __all__ = ["supported", "frontend_kernel"]
@@ -349,8 +349,9 @@ def _decim8(typingctx, buf, first, count, wd, yb, g, G, R, K):  # noqa: ANN001
 #: most blocks of 8 channels per group. The adaptation loops are a chain of divisions and
 #: limiter evaluations per sample: one block alone leaves the pipeline mostly waiting
 #: (measured, 50 channels: hair-cell pass 0.10 s per second of audio with 1 block per
-#: group, 0.05 with 2, 0.04 with 4, 0.03 with all 7). A group is one task of the
-#: ``prange``: with several threads, small batches parallelise over fewer tasks.
+#: group, 0.05 with 2, 0.04 with 4, 0.03 with all 7). A group is one job of
+#: :func:`~lhotse_amt.kernels.jobs.run_jobs`: with several threads, small batches
+#: parallelise over fewer jobs.
 _GROUP = 8
 
 #: samples per pass of each group (its buffer, (K - 1 + _CHUNK) x G x 8 float64, stays
@@ -358,8 +359,9 @@ _GROUP = 8
 _CHUNK = 256
 
 
-@njit(parallel=True, **_NOPY)
-def _blocks_kernel(x, P, Z, hist, wd, y, j0, G, SL, S1, S2, J, K, R, FLAGS):  # pragma: no cover
+@njit(**_NOPY)
+def _blocks_kernel(t0, t1, x, P, Z, hist, wd, y, j0, G, SL, S1, S2, J, K, R, FLAGS):  # noqa: E501  # pragma: no cover
+    # jobs t0 .. t1 of N * NG (row, group of G blocks)
     literally(G)
     literally(SL)
     literally(S1)
@@ -372,7 +374,7 @@ def _blocks_kernel(x, P, Z, hist, wd, y, j0, G, SL, S1, S2, J, K, R, FLAGS):  # 
     NG = P.shape[0] // G
     Cy = y.shape[1]
     H = K - 1
-    for t in prange(N * NG):
+    for t in range(t0, t1):
         r = t // NG
         b0 = (t - r * NG) * G
         fp = denormals_off()
@@ -412,26 +414,6 @@ def _blocks_kernel(x, P, Z, hist, wd, y, j0, G, SL, S1, S2, J, K, R, FLAGS):  # 
                 for lane in range(8):
                     hist[r, b0 + g, q, lane] = buf[q, g, lane]
         restore_fp_mode(fp)
-
-
-#: compiled entry points of :func:`_blocks_kernel` per argument types and structure: a
-#: dispatcher call with ``literally`` arguments costs ~0.1 s of type resolution every time
-_ENTRY: dict[tuple, object] = {}
-
-
-def _call_literal(disp, args: tuple, n_lit: int) -> None:  # noqa: ANN001
-    """``disp(*args)`` whose last ``n_lit`` arguments are ``literally`` integers, through
-    the compiled entry point once that specialisation exists."""
-    key = tuple(numba.typeof(a) for a in args[:-n_lit]) + tuple(int(v) for v in args[-n_lit:])
-    ep = _ENTRY.get(key)
-    if ep is not None:
-        ep(*args)
-        return
-    disp(*args)
-    want = key[:-n_lit] + tuple(types.IntegerLiteral(int(v)) for v in args[-n_lit:])
-    for sig, cres in disp.overloads.items():
-        if tuple(sig) == want:
-            _ENTRY[key] = cres.entry_point
 
 
 def supported(c: float, R: int) -> bool:
@@ -497,7 +479,8 @@ def frontend_kernel(
     Pb, Zb, hb = _blocks(padded(Pm)), _blocks(padded(Zm)), _blocks(padded(hist))
     flags = int(bool(use_limit)) | (2 * int(bool(round32)))
     args = (x, Pb, Zb, hb, np.ascontiguousarray(wd, np.float64), y, int(j0))
-    _call_literal(_blocks_kernel, (*args, G, SL, S1, S2, J, K, int(R), flags), 8)
+    args = (*args, G, SL, S1, S2, J, K, int(R), flags)
+    run_jobs(literal_entry(_blocks_kernel, (0, 0, *args), 8), N * (Pb.shape[0] // G), args)
     Zn = _unblock(Zb)[..., :cp]
     o = 0
     for z, S in ((zl, SL), (z1, S1), (z2, S2)):
