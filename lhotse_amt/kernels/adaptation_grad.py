@@ -8,12 +8,11 @@ layout are those of :mod:`lhotse_amt.kernels.autodiff`.
 from __future__ import annotations
 
 import numpy as np
-import torch
 from numba import njit, prange
 
-from .autodiff import _CKA, KERNEL_OPTS, backward_buffers, forward_buffers
-from .cpu import _np
+from .autodiff import _CKA, KERNEL_OPTS
 from .fastmath import assume_distinct_arrays, denormals_off, exp_nonpos_inline, restore_fp_mode
+from .rows import RowKernels, numba_launch
 
 __all__ = ["adaptation_forward", "adaptation_backward"]
 
@@ -233,74 +232,13 @@ def _adapt_bwd(
         restore_fp_mode(fp)
 
 
-def adaptation_forward(
-    x: torch.Tensor,
-    xrow: torch.Tensor,
-    a: torch.Tensor,
-    m: torch.Tensor,
-    crow: torch.Tensor,
-    minlvl: float,
-    use_limit: bool,
-    zi: torch.Tensor,
-    keep: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``x (Rx, T)``, ``a``, ``m`` ``(Rc, J)``, ``zi (R, J)`` -> raw loop output
-    ``v (R, T)``, final states ``(R, J)`` and (``keep``) the checkpoints of the backward
-    ``(R, checkpoint_blocks(T), J)`` float64 (else ``(R, 0, J)``)."""
-    y, zf, ck = forward_buffers(x, xrow, zi, keep)
-    _adapt_fwd(
-        _np(x),
-        _np(xrow),
-        _np(a.double()),
-        _np(m.double()),
-        _np(crow),
-        float(minlvl),
-        bool(use_limit),
-        _np(zi.double()),
-        y.numpy(),
-        zf.numpy(),
-        ck.numpy(),
-    )
-    return y, zf.to(zi.dtype), ck
-
-
-def adaptation_backward(
-    gy: torch.Tensor,
-    gzf: torch.Tensor,
-    x: torch.Tensor,
-    xrow: torch.Tensor,
-    a: torch.Tensor,
-    m: torch.Tensor,
-    crow: torch.Tensor,
-    minlvl: float,
-    use_limit: bool,
-    zi: torch.Tensor,
-    ck: torch.Tensor,
-    want_x: bool,
-    want_c: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-row ``gx (R, T)``, ``ga (R, J)``, ``gm (R, J)``, ``gzi (R, J)`` from the
-    forward's checkpoints ``ck``."""
-    gx, gzi = backward_buffers(gy, x, zi, want_x)
-    ga = torch.zeros(zi.shape, dtype=torch.float64)
-    gm = torch.zeros(zi.shape, dtype=torch.float64)
-    _adapt_bwd(
-        _np(gy),
-        _np(gzf.double()),
-        _np(x),
-        _np(xrow),
-        _np(a.double()),
-        _np(m.double()),
-        _np(crow),
-        float(minlvl),
-        bool(use_limit),
-        _np(zi.double()),
-        _np(ck),
-        gx.numpy(),
-        ga.numpy(),
-        gm.numpy(),
-        gzi.numpy(),
-        want_x,
-        want_c,
-    )
-    return gx, ga, gm, gzi
+_KERNELS = RowKernels(numba_launch(_adapt_fwd), numba_launch(_adapt_bwd))
+#: ``(x (Rx, T), xrow (R,), a (Rc, J), m (Rc, J), crow (R,), minlvl, use_limit, zi (R, J),
+#: keep=True)`` -> raw loop output ``v (R, T)``, final states ``(R, J)`` and (``keep``) the
+#: checkpoints of the backward ``(R, checkpoint_blocks(T), J)`` float64 (else ``(R, 0, J)``)
+#: (:class:`~lhotse_amt.kernels.rows.RowKernels`)
+adaptation_forward = _KERNELS.forward
+#: ``(gy, gzf, x, xrow, a, m, crow, minlvl, use_limit, zi, ck, want_x, want_c)`` -> per-row
+#: ``gx (R, T)``, ``ga (R, J)``, ``gm (R, J)``, ``gzi (R, J)`` from the forward's
+#: checkpoints ``ck``
+adaptation_backward = _KERNELS.backward

@@ -32,14 +32,16 @@ runs in float64 whatever the dtype of ``x``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from numba import njit, prange
 
-from .cpu import _np, _threads
 from .fastmath import denormals_off, restore_fp_mode
+from .rows import KernelPair, dense, numba_launch
 
-__all__ = ["agc_forward", "agc_backward"]
+__all__ = ["AgcKernels", "agc_forward", "agc_backward"]
 
 _OPTS = dict(nogil=True, cache=True, boundscheck=False)
 
@@ -109,50 +111,51 @@ def _check(x: torch.Tensor, attack: torch.Tensor, release: torch.Tensor, zi: tor
             raise TypeError(f"agc: {name} must have the dtype of x ({x.dtype}), got {t.dtype}")
 
 
-def agc_forward(
-    x: torch.Tensor, attack: torch.Tensor, release: torch.Tensor, zi: torch.Tensor
-) -> torch.Tensor:
-    """AGC along axis 1 of ``x (B, T, C)`` with per-column ``attack``, ``release`` and
-    initial state ``zi`` ``(B, C)`` (all of the dtype of ``x``) -> ``y (B, T, C)``."""
-    _check(x, attack, release, zi)
-    _threads()
-    y = torch.empty(x.shape, dtype=x.dtype)
-    if x.numel():
-        _agc_fwd(_np(x), _np(attack), _np(release), _np(zi), y.numpy())
-    return y
+class AgcKernels(KernelPair):
+    """The host functions of the AGC kernel pair on one backend: the input checks, the
+    outputs and the launches ``forward(x, attack, release, zi, y)`` and
+    ``backward(gy, x, y, attack, release, zi, gx, ga, gr, gzi, want_x)`` (tensors dense,
+    gradient outputs zeros on entry; only for a non-empty ``x``). The backend check runs
+    after the input checks; keyword options go to the launch (Triton: ``block``)."""
+
+    def _prepare(
+        self, x: torch.Tensor, attack: torch.Tensor, release: torch.Tensor, zi: torch.Tensor
+    ) -> None:
+        _check(x, attack, release, zi)
+        self._ready()
+
+    def forward(
+        self, x: torch.Tensor, attack: torch.Tensor, release: torch.Tensor, zi: torch.Tensor,
+        **opts: Any,
+    ) -> torch.Tensor:  # fmt: skip
+        """AGC along axis 1 of ``x (B, T, C)`` with per-column ``attack``, ``release`` and
+        initial state ``zi`` ``(B, C)`` (all of the dtype of ``x``) -> ``y (B, T, C)``."""
+        self._prepare(x, attack, release, zi)
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        if x.numel():
+            self._forward(dense(x), dense(attack), dense(release), dense(zi), y, **opts)
+        return y
+
+    def backward(
+        self, gy: torch.Tensor, x: torch.Tensor, y: torch.Tensor, attack: torch.Tensor,
+        release: torch.Tensor, zi: torch.Tensor, want_x: bool, **opts: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+        """Gradients of ``sum(gy * agc(x, attack, release, zi))`` from the forward's output
+        ``y``: ``gx (B, T, C)`` in the dtype of ``x`` (``(B, 0, C)`` unless ``want_x``) and
+        ``g_attack``, ``g_release``, ``g_zi`` ``(B, C)`` float64."""
+        self._prepare(x, attack, release, zi)
+        B, T, C = x.shape
+        dev = x.device
+        gx = torch.zeros((B, T, C) if want_x else (B, 0, C), dtype=x.dtype, device=dev)
+        ga, gr, gzi = (torch.zeros((B, C), dtype=torch.float64, device=dev) for _ in range(3))
+        if x.numel():
+            args = (dense(gy), dense(x), dense(y), dense(attack), dense(release), dense(zi))
+            self._backward(*args, gx, ga, gr, gzi, bool(want_x), **opts)
+        return gx, ga, gr, gzi
 
 
-def agc_backward(
-    gy: torch.Tensor,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    attack: torch.Tensor,
-    release: torch.Tensor,
-    zi: torch.Tensor,
-    want_x: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients of ``sum(gy * agc(x, attack, release, zi))`` from the forward's output
-    ``y``: ``gx (B, T, C)`` in the dtype of ``x`` (``(B, 0, C)`` unless ``want_x``) and
-    ``g_attack``, ``g_release``, ``g_zi`` ``(B, C)`` float64."""
-    _check(x, attack, release, zi)
-    _threads()
-    B, T, C = x.shape
-    gx = torch.zeros((B, T, C) if want_x else (B, 0, C), dtype=x.dtype)
-    ga = torch.zeros((B, C), dtype=torch.float64)
-    gr = torch.zeros((B, C), dtype=torch.float64)
-    gzi = torch.zeros((B, C), dtype=torch.float64)
-    if x.numel():
-        _agc_bwd(
-            _np(gy),
-            _np(x),
-            _np(y),
-            _np(attack),
-            _np(release),
-            _np(zi),
-            gx.numpy(),
-            ga.numpy(),
-            gr.numpy(),
-            gzi.numpy(),
-            bool(want_x),
-        )
-    return gx, ga, gr, gzi
+_KERNELS = AgcKernels(numba_launch(_agc_fwd), numba_launch(_agc_bwd))
+#: :meth:`AgcKernels.forward` on the CPU
+agc_forward = _KERNELS.forward
+#: :meth:`AgcKernels.backward` on the CPU
+agc_backward = _KERNELS.backward

@@ -19,6 +19,9 @@ it. A row's backward therefore costs about two forward passes and one adjoint pa
 its memory is ``O(CHECKPOINT_BLOCK)`` per thread plus ``O(T / CHECKPOINT_BLOCK)``
 checkpoints, independent of the signal length.
 
+The host side (argument conversion, output buffers, launch) is shared by the numba and
+the Triton kernels: :mod:`lhotse_amt.kernels.rows`.
+
 Gradients of coefficients are accumulated per output row (the operator sums rows that
 share a coefficient row); the input gradient is written per output row (the operator sums
 rows that share an input row).
@@ -26,11 +29,7 @@ rows that share an input row).
 
 from __future__ import annotations
 
-import torch
-
-from .cpu import _threads
-
-__all__ = ["CHECKPOINT_BLOCK", "backward_buffers", "checkpoint_blocks", "forward_buffers"]
+__all__ = ["CHECKPOINT_BLOCK", "checkpoint_blocks"]
 
 #: numba options of the recursion kernels
 KERNEL_OPTS = dict(
@@ -44,32 +43,3 @@ _CKA = CHECKPOINT_BLOCK
 def checkpoint_blocks(T: int) -> int:
     """Number of checkpoints a forward keeps for the backward of a signal of ``T``."""
     return (T + _CKA - 1) // _CKA
-
-
-def forward_buffers(
-    x: torch.Tensor, xrow: torch.Tensor, zi: torch.Tensor, keep: bool = True
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The outputs of a forward kernel (after setting the kernel threads): ``y (R, T)`` in
-    ``x``'s dtype, final states shaped like ``zi (R, ...)`` and (``keep``) the backward's
-    checkpoints ``(R, checkpoint_blocks(T), ...)`` (else ``(R, 0, ...)``), both float64;
-    ``R`` rows of ``xrow``, ``T`` samples of ``x (Rx, T)``."""
-    _threads()
-    R, T = xrow.shape[0], x.shape[1]
-    y = torch.empty((R, T), dtype=x.dtype)
-    zf = torch.empty(zi.shape, dtype=torch.float64)
-    nck = checkpoint_blocks(T) if keep else 0
-    ck = torch.empty((R, nck, *zi.shape[1:]), dtype=torch.float64)
-    return y, zf, ck
-
-
-def backward_buffers(
-    gy: torch.Tensor, x: torch.Tensor, zi: torch.Tensor, want_x: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The input and initial-state gradients of a backward kernel (after setting the
-    kernel threads): ``gx (R, T)`` in ``x``'s dtype (``(R, 0)`` unless ``want_x``) and
-    ``gzi`` shaped like ``zi`` (float64); ``(R, T)`` the shape of ``gy``."""
-    _threads()
-    R, T = gy.shape
-    gx = torch.empty((R, T) if want_x else (R, 0), dtype=x.dtype)
-    gzi = torch.empty(zi.shape, dtype=torch.float64)
-    return gx, gzi

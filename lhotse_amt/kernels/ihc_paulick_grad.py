@@ -39,10 +39,9 @@ differences from the reference's ``z / s``).
 from __future__ import annotations
 
 import numpy as np
-import torch
 from numba import njit, prange
 
-from .cpu import _np, _threads
+from .autodiff import CHECKPOINT_BLOCK, KERNEL_OPTS, checkpoint_blocks
 from .fastmath import (
     assume_distinct_arrays,
     denormals_off,
@@ -50,6 +49,7 @@ from .fastmath import (
     restore_fp_mode,
 )
 from .paulick import _exp
+from .rows import RowKernels, numba_launch
 
 __all__ = [
     "IHC_STEP_KEYS",
@@ -75,20 +75,13 @@ IHC_STEP_KEYS: tuple[str, ...] = (
     "dkf",
     "dks",
 )
-#: samples per recomputed block of the backward (a checkpoint each)
-CHECKPOINT_BLOCK = 512
 #: rows per lane group
 LANES = 8
 
 _CK = CHECKPOINT_BLOCK
 _W = LANES
 _NC = len(IHC_STEP_KEYS)
-_OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"contract"})
-
-
-def checkpoint_blocks(T: int) -> int:
-    """Checkpoints a forward keeps for the backward of a signal of ``T`` samples."""
-    return (T + _CK - 1) // _CK
+_OPTS = KERNEL_OPTS
 
 
 @njit(inline="always", **_OPTS)
@@ -305,70 +298,14 @@ def _bwd(gy, gzf, x, xrow, c, crow, zi, ck, gx, gc, gzi, want_x, want_c):  # pra
         restore_fp_mode(fp)
 
 
-def ihc_forward(
-    x: torch.Tensor,
-    xrow: torch.Tensor,
-    c: torch.Tensor,
-    crow: torch.Tensor,
-    zi: torch.Tensor,
-    keep: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``x (Rx, T)``, ``xrow (R,)``, ``c (Rc, 12)`` (:data:`IHC_STEP_KEYS`), ``crow (R,)``,
-    ``zi (R,)`` -> ``W (R, T)`` in ``x``'s dtype (volts re ``V_pre``), the final states
-    ``(R,)`` in ``zi``'s dtype and (``keep``) the states at the start of every block
-    ``(R, checkpoint_blocks(T))`` float64 (else ``(R, 0)``)."""
-    _threads()
-    R, T = xrow.shape[0], x.shape[1]
-    y = torch.empty((R, T), dtype=x.dtype)
-    zf = torch.empty((R,), dtype=torch.float64)
-    ck = torch.empty((R, checkpoint_blocks(T) if keep else 0), dtype=torch.float64)
-    if R > 0:
-        _fwd(
-            _np(x),
-            _np(xrow),
-            _np(c.double()),
-            _np(crow),
-            _np(zi.double()),
-            y.numpy(),
-            zf.numpy(),
-            ck.numpy(),
-        )
-    return y, zf.to(zi.dtype), ck
-
-
-def ihc_backward(
-    gy: torch.Tensor,
-    gzf: torch.Tensor,
-    x: torch.Tensor,
-    xrow: torch.Tensor,
-    c: torch.Tensor,
-    crow: torch.Tensor,
-    zi: torch.Tensor,
-    ck: torch.Tensor,
-    want_x: bool,
-    want_c: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-row gradients ``gx (R, T)`` (``(R, 0)`` unless ``want_x``; ``x``'s dtype),
-    ``gc (R, 12)`` and ``gzi (R,)`` (float64) from the forward's checkpoints ``ck``."""
-    _threads()
-    R, T = gy.shape
-    gx = torch.empty((R, T) if want_x else (R, 0), dtype=x.dtype)
-    gc = torch.zeros((R, _NC), dtype=torch.float64)
-    gzi = torch.empty((R,), dtype=torch.float64)
-    if R > 0:
-        _bwd(
-            _np(gy),
-            _np(gzf.double()),
-            _np(x),
-            _np(xrow),
-            _np(c.double()),
-            _np(crow),
-            _np(zi.double()),
-            _np(ck),
-            gx.numpy(),
-            gc.numpy(),
-            gzi.numpy(),
-            bool(want_x),
-            bool(want_c),
-        )
-    return gx, gc, gzi
+_KERNELS = RowKernels(numba_launch(_fwd), numba_launch(_bwd))
+#: ``(x (Rx, T), xrow (R,), c (Rc, 12) (:data:`IHC_STEP_KEYS`), crow (R,), zi (R,),
+#: keep=True)`` -> ``W (R, T)`` in ``x``'s dtype (volts re ``V_pre``), the final states
+#: ``(R,)`` in ``zi``'s dtype and (``keep``) the states at the start of every block
+#: ``(R, checkpoint_blocks(T))`` float64 (else ``(R, 0)``)
+#: (:class:`~lhotse_amt.kernels.rows.RowKernels`)
+ihc_forward = _KERNELS.forward
+#: ``(gy, gzf, x, xrow, c, crow, zi, ck, want_x, want_c)`` -> per-row gradients
+#: ``gx (R, T)`` (``(R, 0)`` unless ``want_x``; ``x``'s dtype), ``gc (R, 12)`` and
+#: ``gzi (R,)`` (float64) from the forward's checkpoints ``ck``
+ihc_backward = _KERNELS.backward

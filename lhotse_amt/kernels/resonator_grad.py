@@ -10,12 +10,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 from numba import njit, prange
 
-from .autodiff import _CKA, KERNEL_OPTS, backward_buffers, forward_buffers
-from .cpu import _np
+from .autodiff import _CKA, KERNEL_OPTS
 from .fastmath import assume_distinct_arrays, denormals_off, restore_fp_mode
+from .rows import RowKernels, numba_launch
 
 __all__ = ["resonator_forward", "resonator_backward"]
 
@@ -238,69 +237,14 @@ def _res_bwd(
         restore_fp_mode(fp)
 
 
-def resonator_forward(
-    x: torch.Tensor,
-    xrow: torch.Tensor,
-    pole: torch.Tensor,
-    gain: torch.Tensor,
-    mode: torch.Tensor,
-    crow: torch.Tensor,
-    zi: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``x (Rx, T)``; ``pole``, ``gain`` ``(Rc, 2)`` (real, imaginary); ``mode (Rc,)``
-    (0: ``Re``, 1: ``|.|``); ``zi (R, K, 2)`` -> ``y (R, T)``, ``zf (R, K, 2)`` and the
-    backward's checkpoints ``(R, checkpoint_blocks(T), K, 2)`` float64."""
-    y, zf, ck = forward_buffers(x, xrow, zi)
-    _res_fwd(
-        _np(x),
-        _np(xrow),
-        _np(pole.double()),
-        _np(gain.double()),
-        _np(mode),
-        _np(crow),
-        _np(zi.double()),
-        y.numpy(),
-        zf.numpy(),
-        ck.numpy(),
-    )
-    return y, zf.to(zi.dtype), ck
-
-
-def resonator_backward(
-    gy: torch.Tensor,
-    gzf: torch.Tensor,
-    x: torch.Tensor,
-    xrow: torch.Tensor,
-    pole: torch.Tensor,
-    gain: torch.Tensor,
-    mode: torch.Tensor,
-    crow: torch.Tensor,
-    zi: torch.Tensor,
-    ck: torch.Tensor,
-    want_x: bool,
-    want_c: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-row ``gx (R, T)``, ``gpole (R, 2)``, ``ggain (R, 2)``, ``gzi (R, K, 2)``
-    (complex gradients as PyTorch defines them: ``dL/dRe + i dL/dIm``)."""
-    gx, gzi = backward_buffers(gy, x, zi, want_x)
-    gp = torch.zeros((gy.shape[0], 2), dtype=torch.float64)
-    gg = torch.zeros((gy.shape[0], 2), dtype=torch.float64)
-    _res_bwd(
-        _np(gy),
-        _np(gzf.double()),
-        _np(x),
-        _np(xrow),
-        _np(pole.double()),
-        _np(gain.double()),
-        _np(mode),
-        _np(crow),
-        _np(zi.double()),
-        _np(ck),
-        gx.numpy(),
-        gp.numpy(),
-        gg.numpy(),
-        gzi.numpy(),
-        want_x,
-        want_c,
-    )
-    return gx, gp, gg, gzi
+_KERNELS = RowKernels(numba_launch(_res_fwd), numba_launch(_res_bwd))
+#: ``(x (Rx, T), xrow (R,), pole (Rc, 2), gain (Rc, 2), mode (Rc,), crow (R,),
+#: zi (R, K, 2))``
+#: (pole and gain as (real, imaginary); mode 0: ``Re``, 1: ``|.|``) -> ``y (R, T)``,
+#: ``zf (R, K, 2)`` and the backward's checkpoints ``(R, checkpoint_blocks(T), K, 2)``
+#: float64 (:class:`~lhotse_amt.kernels.rows.RowKernels`)
+resonator_forward = _KERNELS.forward
+#: ``(gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, want_x, want_c)`` -> per-row
+#: ``gx (R, T)``, ``gpole (R, 2)``, ``ggain (R, 2)``, ``gzi (R, K, 2)`` (complex gradients
+#: as PyTorch defines them: ``dL/dRe + i dL/dIm``)
+resonator_backward = _KERNELS.backward

@@ -8,12 +8,11 @@ layout are those of :mod:`lhotse_amt.kernels.autodiff`.
 from __future__ import annotations
 
 import numpy as np
-import torch
 from numba import njit, prange
 
-from .autodiff import _CKA, KERNEL_OPTS, backward_buffers, forward_buffers
-from .cpu import _np
+from .autodiff import _CKA, KERNEL_OPTS
 from .fastmath import assume_distinct_arrays, denormals_off, restore_fp_mode
+from .rows import RowKernels, numba_launch
 
 __all__ = ["sos_forward", "sos_backward"]
 
@@ -188,55 +187,12 @@ def _sos_bwd(
         restore_fp_mode(fp)
 
 
-def sos_forward(
-    x: torch.Tensor, xrow: torch.Tensor, sos: torch.Tensor, crow: torch.Tensor, zi: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``x (Rx, T)``, ``xrow (R,)``, ``sos (Rc, S, 6)``, ``crow (R,)``, ``zi (R, S, 2)`` ->
-    ``y (R, T)`` in ``x``'s dtype, ``zf (R, S, 2)`` in ``zi``'s and the backward's
-    checkpoints ``(R, checkpoint_blocks(T), S, 2)`` float64."""
-    y, zf, ck = forward_buffers(x, xrow, zi)
-    _sos_fwd(
-        _np(x),
-        _np(xrow),
-        _np(sos.double()),
-        _np(crow),
-        _np(zi.double()),
-        y.numpy(),
-        zf.numpy(),
-        ck.numpy(),
-    )
-    return y, zf.to(zi.dtype), ck
-
-
-def sos_backward(
-    gy: torch.Tensor,
-    gzf: torch.Tensor,
-    x: torch.Tensor,
-    xrow: torch.Tensor,
-    sos: torch.Tensor,
-    crow: torch.Tensor,
-    zi: torch.Tensor,
-    ck: torch.Tensor,
-    want_x: bool,
-    want_c: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-row gradients ``gx (R, T)``, ``gsos (R, S, 6)``, ``gzi (R, S, 2)`` (float64
-    for the coefficient and state gradients, ``x``'s dtype for ``gx``)."""
-    gx, gzi = backward_buffers(gy, x, zi, want_x)
-    gsos = torch.zeros((gy.shape[0], sos.shape[1], 6), dtype=torch.float64)
-    _sos_bwd(
-        _np(gy),
-        _np(gzf.double()),
-        _np(x),
-        _np(xrow),
-        _np(sos.double()),
-        _np(crow),
-        _np(zi.double()),
-        _np(ck),
-        gx.numpy(),
-        gsos.numpy(),
-        gzi.numpy(),
-        want_x,
-        want_c,
-    )
-    return gx, gsos, gzi
+_KERNELS = RowKernels(numba_launch(_sos_fwd), numba_launch(_sos_bwd))
+#: ``(x (Rx, T), xrow (R,), sos (Rc, S, 6), crow (R,), zi (R, S, 2))`` -> ``y (R, T)`` in
+#: ``x``'s dtype, ``zf (R, S, 2)`` in ``zi``'s and the backward's checkpoints
+#: ``(R, checkpoint_blocks(T), S, 2)`` float64 (:class:`~lhotse_amt.kernels.rows.RowKernels`)
+sos_forward = _KERNELS.forward
+#: ``(gy, gzf, x, xrow, sos, crow, zi, ck, want_x, want_c)`` -> per-row gradients
+#: ``gx (R, T)``, ``gsos (R, S, 6)``, ``gzi (R, S, 2)`` (float64 for the coefficient and
+#: state gradients, ``x``'s dtype for ``gx``)
+sos_backward = _KERNELS.backward

@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 
 from . import triton_common as tc
-from .autodiff import CHECKPOINT_BLOCK, checkpoint_blocks
+from .autodiff import CHECKPOINT_BLOCK as CK
+from .rows import RowKernels
 from .triton_common import HAVE_TRITON, copy_states, load_plane, row_block, store_plane
 
 if HAVE_TRITON:
@@ -24,8 +25,6 @@ if HAVE_TRITON:
     import triton.language as tl
 
 __all__ = ["adaptation_forward", "adaptation_backward"]
-
-_CK = CHECKPOINT_BLOCK
 
 if HAVE_TRITON:
 
@@ -171,67 +170,32 @@ if HAVE_TRITON:
             tl.debug_barrier()
 
 
-def adaptation_forward(
-    x: torch.Tensor,
-    xrow: torch.Tensor,
-    a: torch.Tensor,
-    m: torch.Tensor,
-    crow: torch.Tensor,
-    minlvl: float,
-    use_limit: bool,
-    zi: torch.Tensor,
-    keep: bool,
-    block: int = tc.BLOCK_ROWS,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Triton version of :func:`lhotse_amt.kernels.autodiff.adaptation_forward`: the raw
-    loop output ``v (R, T)``, the final states ``(R, J)`` and (``keep``) the checkpoints
-    ``(R, checkpoint_blocks(T), J)`` float64 (else ``(R, 0, J)``)."""
-    J = zi.shape[1]
-    nb = checkpoint_blocks(x.shape[1]) if keep else 0
-    R, T, y, zf, ck = tc.forward_outputs(x, xrow, zi, (nb, J))
-    if R > 0 and T > 0:
-        _adapt_fwd_kernel[tc.grid(R, block)](
-            tc.dense(x), tc.i64(xrow), tc.f64(a), tc.f64(m), tc.i64(crow), zf, y, ck,
-            tc.scratch(2, _CK, R, block, x.device), R, tc.padded(R, block), T, J, float(minlvl),
-            USE_LIMIT=bool(use_limit), KEEP=bool(keep), CK=_CK, BLOCK=block, num_warps=1,
-        )  # fmt: skip
-    return y, zf.to(zi.dtype), ck
+def _fwd(x, xrow, a, m, crow, minlvl, use_limit, zi, y, zf, ck, block=tc.BLOCK_ROWS) -> None:
+    R, T = y.shape
+    _adapt_fwd_kernel[tc.grid(R, block)](
+        x, xrow, a, m, crow, zf, y, ck, tc.scratch(2, CK, R, block, x.device), R,
+        tc.padded(R, block), T, zi.shape[1], minlvl, USE_LIMIT=use_limit, KEEP=ck.shape[1] > 0,
+        CK=CK, BLOCK=block, num_warps=1,
+    )  # fmt: skip
 
 
-def adaptation_backward(
-    gy: torch.Tensor,
-    gzf: torch.Tensor,
-    x: torch.Tensor,
-    xrow: torch.Tensor,
-    a: torch.Tensor,
-    m: torch.Tensor,
-    crow: torch.Tensor,
-    minlvl: float,
-    use_limit: bool,
-    zi: torch.Tensor,
-    ck: torch.Tensor,
-    want_x: bool,
-    want_c: bool,
+def _bwd(
+    gy, gzf, x, xrow, a, m, crow, minlvl, use_limit, zi, ck, gx, ga, gm, gzi, want_x, want_c,
     block: int = tc.BLOCK_ROWS,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Triton version of :func:`lhotse_amt.kernels.autodiff.adaptation_backward`: per-row
-    ``gx (R, T)``, ``ga (R, J)``, ``gm (R, J)``, ``gzi (R, J)``."""
-    R, T, gx, gzi = tc.backward_outputs(gy, gzf, x, want_x)
+) -> None:  # fmt: skip
+    R, T = gy.shape
     J = zi.shape[1]
-    dev = x.device
-    ga = torch.zeros((R, J), dtype=torch.float64, device=dev)
-    gm = torch.zeros((R, J), dtype=torch.float64, device=dev)
-    if R > 0 and T > 0:
-        ck = tc.check_ck(ck, (R, checkpoint_blocks(T), J))
-        planes = 3 + (5 if use_limit else 3) * J
-        z = torch.empty((R, J), dtype=torch.float64, device=dev)
-        _adapt_bwd_kernel[tc.grid(R, block)](
-            tc.dense(gy), tc.dense(x), tc.i64(xrow), tc.f64(a), tc.f64(m), tc.i64(crow), ck, z, gzi,
-            gx, ga, gm, tc.scratch(planes, _CK, R, block, dev), R, tc.padded(R, block), T, J,
-            float(minlvl), USE_LIMIT=bool(use_limit), WANT_X=bool(want_x), CK=_CK, BLOCK=block,
-            num_warps=1,
-        )  # fmt: skip
-    if not want_c:
-        ga.zero_()
-        gm.zero_()
-    return gx, ga, gm, gzi
+    planes = 3 + (5 if use_limit else 3) * J
+    _adapt_bwd_kernel[tc.grid(R, block)](
+        gy, x, xrow, a, m, crow, ck, torch.empty_like(zi), gzi, gx, ga, gm,
+        tc.scratch(planes, CK, R, block, x.device), R, tc.padded(R, block), T, J, minlvl,
+        USE_LIMIT=use_limit, WANT_X=want_x, CK=CK, BLOCK=block, num_warps=1,
+    )  # fmt: skip
+
+
+_KERNELS = RowKernels(_fwd, _bwd, tc.require)
+#: Triton version of :data:`lhotse_amt.kernels.adaptation_grad.adaptation_forward` (same
+#: arguments and results; option ``block``: rows per program)
+adaptation_forward = _KERNELS.forward
+#: Triton version of :data:`lhotse_amt.kernels.adaptation_grad.adaptation_backward`
+adaptation_backward = _KERNELS.backward

@@ -15,10 +15,8 @@ One launch per call.
 
 from __future__ import annotations
 
-import torch
-
-from .agc_grad import _check as _check_args
-from .triton_common import HAVE_TRITON, dense, require
+from .agc_grad import AgcKernels
+from .triton_common import HAVE_TRITON, require
 
 if HAVE_TRITON:
     import triton
@@ -88,54 +86,24 @@ if HAVE_TRITON:
         tl.store(gzi_ptr + col, lam, mask=cm)
 
 
-def _grid(n_col: int, block: int) -> tuple[int]:
-    return (triton.cdiv(n_col, block),)
-
-
-def agc_forward(
-    x: torch.Tensor,
-    attack: torch.Tensor,
-    release: torch.Tensor,
-    zi: torch.Tensor,
-    block: int = BLOCK_COLS,
-) -> torch.Tensor:
-    """Triton version of :func:`lhotse_amt.kernels.agc_grad.agc_forward`: the AGC along
-    axis 1 of ``x (B, T, C)`` with per-column ``attack``, ``release`` and initial state
-    ``zi`` ``(B, C)`` (all of the dtype of ``x``) -> ``y (B, T, C)``."""
-    _check_args(x, attack, release, zi)
-    require()
+def _fwd(x, attack, release, zi, y, block: int = BLOCK_COLS) -> None:
     B, T, C = x.shape
-    y = torch.empty((B, T, C), dtype=x.dtype, device=x.device)
-    if x.numel():
-        _agc_fwd_kernel[_grid(B * C, block)](
-            dense(x), dense(attack), dense(release), dense(zi), y, B * C, T, C,
-            BLOCK=block, num_warps=1, enable_fp_fusion=False,
-        )  # fmt: skip
-    return y
+    _agc_fwd_kernel[(triton.cdiv(B * C, block),)](
+        x, attack, release, zi, y, B * C, T, C, BLOCK=block, num_warps=1, enable_fp_fusion=False
+    )
 
 
-def agc_backward(
-    gy: torch.Tensor,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    attack: torch.Tensor,
-    release: torch.Tensor,
-    zi: torch.Tensor,
-    want_x: bool,
-    block: int = BLOCK_COLS,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Triton version of :func:`lhotse_amt.kernels.agc_grad.agc_backward`: ``gx (B, T, C)``
-    in the dtype of ``x`` (``(B, 0, C)`` unless ``want_x``) and ``g_attack``,
-    ``g_release``, ``g_zi`` ``(B, C)`` float64 from the forward's output ``y``."""
-    _check_args(x, attack, release, zi)
-    require()
+def _bwd(gy, x, y, attack, release, zi, gx, ga, gr, gzi, want_x, block=BLOCK_COLS) -> None:
     B, T, C = x.shape
-    dev = x.device
-    gx = torch.zeros((B, T, C) if want_x else (B, 0, C), dtype=x.dtype, device=dev)
-    ga, gr, gzi = (torch.zeros((B, C), dtype=torch.float64, device=dev) for _ in range(3))
-    if x.numel():
-        _agc_bwd_kernel[_grid(B * C, block)](
-            dense(gy), dense(x), dense(y), dense(attack), dense(release), dense(zi), gx, ga,
-            gr, gzi, B * C, T, C, WANT_X=bool(want_x), BLOCK=block, num_warps=1,
-        )  # fmt: skip
-    return gx, ga, gr, gzi
+    _agc_bwd_kernel[(triton.cdiv(B * C, block),)](
+        gy, x, y, attack, release, zi, gx, ga, gr, gzi, B * C, T, C, WANT_X=want_x, BLOCK=block,
+        num_warps=1,
+    )  # fmt: skip
+
+
+_KERNELS = AgcKernels(_fwd, _bwd, require)
+#: Triton version of :data:`lhotse_amt.kernels.agc_grad.agc_forward` (same arguments and
+#: results; option ``block``: columns per program)
+agc_forward = _KERNELS.forward
+#: Triton version of :data:`lhotse_amt.kernels.agc_grad.agc_backward`
+agc_backward = _KERNELS.backward

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from . import triton_interpreted
+from .rows import dense, f64, i64
 
 try:  # pragma: no cover - depends on the installation
     import triton
@@ -33,7 +34,16 @@ except Exception:  # pragma: no cover
     tl = None
     HAVE_TRITON = False
 
-__all__ = ["HAVE_TRITON", "BLOCK_ROWS", "available", "interpreted", "require"]
+__all__ = [
+    "HAVE_TRITON",
+    "BLOCK_ROWS",
+    "available",
+    "interpreted",
+    "require",
+    "dense",
+    "f64",
+    "i64",
+]
 
 #: rows per program
 BLOCK_ROWS = 32
@@ -106,33 +116,9 @@ if HAVE_TRITON:
 # --------------------------------------------------------------------------------------
 
 
-def f64(t: torch.Tensor) -> torch.Tensor:
-    """``t`` detached, float64, contiguous."""
-    return t.detach().to(torch.float64).contiguous()
-
-
-def i64(t: torch.Tensor) -> torch.Tensor:
-    """``t`` detached, int64, contiguous (row maps)."""
-    return t.detach().to(torch.int64).contiguous()
-
-
 def i32(t: torch.Tensor) -> torch.Tensor:
     """``t`` detached, int32, contiguous."""
     return t.detach().to(torch.int32).contiguous()
-
-
-def dense(t: torch.Tensor) -> torch.Tensor:
-    """``t`` detached and contiguous (its dtype kept)."""
-    return t.detach().contiguous()
-
-
-def check_ck(ck: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
-    """The forward's checkpoints as float64, after checking their shape."""
-    if tuple(ck.shape) != shape:
-        raise ValueError(
-            f"ck: expected the forward's checkpoints of shape {shape}, got {tuple(ck.shape)}"
-        )
-    return f64(ck)
 
 
 def padded(R: int, block: int) -> int:
@@ -148,28 +134,3 @@ def grid(R: int, block: int) -> tuple[int]:
 def scratch(planes: int, ck: int, R: int, block: int, device: torch.device) -> torch.Tensor:
     """A float64 scratch buffer ``(planes, ck, padded(R, block))``."""
     return torch.empty((planes, ck, padded(R, block)), dtype=torch.float64, device=device)
-
-
-def forward_outputs(
-    x: torch.Tensor, xrow: torch.Tensor, zi: torch.Tensor, ck_shape: tuple[int, ...]
-) -> tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``R``, ``T`` and the outputs of a row-wise forward: ``y (R, T)`` in ``x``'s dtype,
-    the states (``zi`` as float64, advanced in place to the final states) and float64
-    checkpoints ``(R, *ck_shape)``."""
-    require()
-    R, T = xrow.shape[0], x.shape[1]
-    y = torch.empty((R, T), dtype=x.dtype, device=x.device)
-    ck = torch.empty((R, *ck_shape), dtype=torch.float64, device=x.device)
-    return R, T, y, f64(zi).clone(), ck
-
-
-def backward_outputs(
-    gy: torch.Tensor, gzf: torch.Tensor, x: torch.Tensor, want_x: bool
-) -> tuple[int, int, torch.Tensor, torch.Tensor]:
-    """``R``, ``T``, the input gradient ``(R, T)`` (``(R, 0)`` unless ``want_x``) in
-    ``x``'s dtype and the state adjoints (``gzf`` as float64, run back in place to the
-    gradient of the initial states) of a row-wise backward."""
-    require()
-    R, T = gy.shape
-    gx = torch.empty((R, T) if want_x else (R, 0), dtype=x.dtype, device=x.device)
-    return R, T, gx, f64(gzf).clone()

@@ -17,10 +17,9 @@ and ``1 / D`` per sample) and runs the adjoint back over them. One launch per ca
 
 from __future__ import annotations
 
-import torch
-
 from . import triton_common as tc
-from .ihc_paulick_grad import CHECKPOINT_BLOCK, IHC_STEP_KEYS, checkpoint_blocks
+from .autodiff import CHECKPOINT_BLOCK as CK
+from .rows import RowKernels
 from .triton_common import HAVE_TRITON, row_block
 
 if HAVE_TRITON:
@@ -28,9 +27,6 @@ if HAVE_TRITON:
     import triton.language as tl
 
 __all__ = ["ihc_paulick_forward", "ihc_paulick_backward"]
-
-_CK = CHECKPOINT_BLOCK
-_NC = len(IHC_STEP_KEYS)
 
 if HAVE_TRITON:
 
@@ -196,51 +192,26 @@ if HAVE_TRITON:
             tl.store(gp + 11, g10 * gks, mask=rm)
 
 
-def ihc_paulick_forward(
-    x: torch.Tensor,
-    xrow: torch.Tensor,
-    c: torch.Tensor,
-    crow: torch.Tensor,
-    zi: torch.Tensor,
-    keep: bool = True,
-    block: int = tc.BLOCK_ROWS,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Triton version of :func:`lhotse_amt.kernels.ihc_paulick_grad.ihc_forward`:
-    ``W (R, T)`` in ``x``'s dtype (volts re ``V_pre``), the final states ``(R,)`` in
-    ``zi``'s dtype and (``keep``) the checkpoints ``(R, checkpoint_blocks(T))`` float64."""
-    T = x.shape[1]
-    R, T, y, zf, ck = tc.forward_outputs(x, xrow, zi, (checkpoint_blocks(T) if keep else 0,))
-    if R > 0 and T > 0:
-        _ihc_fwd_kernel[tc.grid(R, block)](
-            tc.dense(x), tc.i64(xrow), tc.f64(c), tc.i64(crow), zf, y, ck, R, T, KEEP=bool(keep),
-            CK=_CK, BLOCK=block, num_warps=1,
-        )  # fmt: skip
-    return y, zf.to(zi.dtype), ck
+def _fwd(x, xrow, c, crow, zi, y, zf, ck, block: int = tc.BLOCK_ROWS) -> None:
+    R, T = y.shape
+    _ihc_fwd_kernel[tc.grid(R, block)](
+        x, xrow, c, crow, zf, y, ck, R, T, KEEP=ck.shape[1] > 0, CK=CK, BLOCK=block, num_warps=1
+    )  # fmt: skip
 
 
-def ihc_paulick_backward(
-    gy: torch.Tensor,
-    gzf: torch.Tensor,
-    x: torch.Tensor,
-    xrow: torch.Tensor,
-    c: torch.Tensor,
-    crow: torch.Tensor,
-    zi: torch.Tensor,
-    ck: torch.Tensor,
-    want_x: bool,
-    want_c: bool,
-    block: int = tc.BLOCK_ROWS,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Triton version of :func:`lhotse_amt.kernels.ihc_paulick_grad.ihc_backward`: per-row
-    ``gx (R, T)`` (``(R, 0)`` unless ``want_x``), ``gc (R, 12)`` (zeros unless
-    ``want_c``) and ``gzi (R,)`` float64 from the forward's checkpoints ``ck``."""
-    R, T, gx, gzi = tc.backward_outputs(gy, gzf, x, want_x)
-    gc = torch.zeros((R, _NC), dtype=torch.float64, device=x.device)
-    if R > 0 and T > 0:
-        ck = tc.check_ck(ck, (R, checkpoint_blocks(T)))
-        _ihc_bwd_kernel[tc.grid(R, block)](
-            tc.dense(gy), tc.dense(x), tc.i64(xrow), tc.f64(c), tc.i64(crow), ck, gzi, gx, gc,
-            tc.scratch(4, _CK, R, block, x.device), R, tc.padded(R, block), T, WANT_X=bool(want_x),
-            WANT_C=bool(want_c), CK=_CK, BLOCK=block, num_warps=1,
-        )  # fmt: skip
-    return gx, gc, gzi
+def _bwd(
+    gy, gzf, x, xrow, c, crow, zi, ck, gx, gc, gzi, want_x, want_c, block=tc.BLOCK_ROWS
+) -> None:
+    R, T = gy.shape
+    _ihc_bwd_kernel[tc.grid(R, block)](
+        gy, x, xrow, c, crow, ck, gzi, gx, gc, tc.scratch(4, CK, R, block, x.device), R,
+        tc.padded(R, block), T, WANT_X=want_x, WANT_C=want_c, CK=CK, BLOCK=block, num_warps=1,
+    )  # fmt: skip
+
+
+_KERNELS = RowKernels(_fwd, _bwd, tc.require)
+#: Triton version of :data:`lhotse_amt.kernels.ihc_paulick_grad.ihc_forward` (same
+#: arguments and results; option ``block``: rows per program)
+ihc_paulick_forward = _KERNELS.forward
+#: Triton version of :data:`lhotse_amt.kernels.ihc_paulick_grad.ihc_backward`
+ihc_paulick_backward = _KERNELS.backward

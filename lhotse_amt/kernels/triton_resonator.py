@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 
 from . import triton_common as tc
-from .autodiff import CHECKPOINT_BLOCK, checkpoint_blocks
+from .autodiff import CHECKPOINT_BLOCK as CK
+from .rows import RowKernels
 from .triton_common import HAVE_TRITON, copy_states, load_plane, row_block, store_plane
 
 if HAVE_TRITON:
@@ -25,8 +26,6 @@ if HAVE_TRITON:
     import triton.language as tl
 
 __all__ = ["resonator_forward", "resonator_backward"]
-
-_CK = CHECKPOINT_BLOCK
 
 if HAVE_TRITON:
 
@@ -186,60 +185,30 @@ if HAVE_TRITON:
             tl.store(gg_ptr + r64 * 2 + 1, ggi, mask=rm)
 
 
-def resonator_forward(
-    x: torch.Tensor,
-    xrow: torch.Tensor,
-    pole: torch.Tensor,
-    gain: torch.Tensor,
-    mode: torch.Tensor,
-    crow: torch.Tensor,
-    zi: torch.Tensor,
-    block: int = tc.BLOCK_ROWS,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Triton version of :func:`lhotse_amt.kernels.autodiff.resonator_forward`:
-    ``y (R, T)``, ``zf (R, K, 2)`` and the checkpoints ``(R, checkpoint_blocks(T), K, 2)``
-    float64."""
-    K = zi.shape[1]
-    R, T, y, zf, ck = tc.forward_outputs(x, xrow, zi, (checkpoint_blocks(x.shape[1]), K, 2))
-    if R > 0 and T > 0:
-        _res_fwd_kernel[tc.grid(R, block)](
-            tc.dense(x), tc.i64(xrow), tc.f64(pole), tc.f64(gain), tc.i32(mode), tc.i64(crow), zf,
-            y, ck, tc.scratch(4, _CK, R, block, x.device), R, tc.padded(R, block), T, K, CK=_CK,
-            BLOCK=block, num_warps=1,
-        )  # fmt: skip
-    return y, zf.to(zi.dtype), ck
+def _fwd(x, xrow, pole, gain, mode, crow, zi, y, zf, ck, block: int = tc.BLOCK_ROWS) -> None:
+    R, T = y.shape
+    _res_fwd_kernel[tc.grid(R, block)](
+        x, xrow, pole, gain, tc.i32(mode), crow, zf, y, ck, tc.scratch(4, CK, R, block, x.device),
+        R, tc.padded(R, block), T, zi.shape[1], CK=CK, BLOCK=block, num_warps=1,
+    )  # fmt: skip
 
 
-def resonator_backward(
-    gy: torch.Tensor,
-    gzf: torch.Tensor,
-    x: torch.Tensor,
-    xrow: torch.Tensor,
-    pole: torch.Tensor,
-    gain: torch.Tensor,
-    mode: torch.Tensor,
-    crow: torch.Tensor,
-    zi: torch.Tensor,
-    ck: torch.Tensor,
-    want_x: bool,
-    want_c: bool,
+def _bwd(
+    gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, gx, gp, gg, gzi, want_x, want_c,
     block: int = tc.BLOCK_ROWS,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Triton version of :func:`lhotse_amt.kernels.autodiff.resonator_backward`: per-row
-    ``gx (R, T)``, ``gpole (R, 2)``, ``ggain (R, 2)``, ``gzi (R, K, 2)`` (complex
-    gradients as PyTorch defines them: ``dL/dRe + i dL/dIm``)."""
-    R, T, gx, gzi = tc.backward_outputs(gy, gzf, x, want_x)
+) -> None:  # fmt: skip
+    R, T = gy.shape
     K = zi.shape[1]
-    dev = x.device
-    gp = torch.zeros((R, 2), dtype=torch.float64, device=dev)
-    gg = torch.zeros((R, 2), dtype=torch.float64, device=dev)
-    if R > 0 and T > 0:
-        ck = tc.check_ck(ck, (R, checkpoint_blocks(T), K, 2))
-        z = torch.empty((R, K, 2), dtype=torch.float64, device=dev)
-        _res_bwd_kernel[tc.grid(R, block)](
-            tc.dense(gy), tc.dense(x), tc.i64(xrow), tc.f64(pole), tc.f64(gain), tc.i32(mode),
-            tc.i64(crow), ck, z, gzi, gx, gp, gg, tc.scratch(2 * K + 6, _CK, R, block, dev), R,
-            tc.padded(R, block), T, K, WANT_X=bool(want_x), WANT_C=bool(want_c), CK=_CK,
-            BLOCK=block, num_warps=1,
-        )  # fmt: skip
-    return gx, gp, gg, gzi
+    _res_bwd_kernel[tc.grid(R, block)](
+        gy, x, xrow, pole, gain, tc.i32(mode), crow, ck, torch.empty_like(zi), gzi, gx, gp, gg,
+        tc.scratch(2 * K + 6, CK, R, block, x.device), R, tc.padded(R, block), T, K,
+        WANT_X=want_x, WANT_C=want_c, CK=CK, BLOCK=block, num_warps=1,
+    )  # fmt: skip
+
+
+_KERNELS = RowKernels(_fwd, _bwd, tc.require)
+#: Triton version of :data:`lhotse_amt.kernels.resonator_grad.resonator_forward` (same
+#: arguments and results; option ``block``: rows per program)
+resonator_forward = _KERNELS.forward
+#: Triton version of :data:`lhotse_amt.kernels.resonator_grad.resonator_backward`
+resonator_backward = _KERNELS.backward

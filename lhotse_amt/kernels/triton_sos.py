@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 
 from . import triton_common as tc
-from .autodiff import CHECKPOINT_BLOCK, checkpoint_blocks
+from .autodiff import CHECKPOINT_BLOCK as CK
+from .rows import RowKernels
 from .triton_common import HAVE_TRITON, copy_states, load_plane, row_block, store_plane
 
 if HAVE_TRITON:
@@ -24,8 +25,6 @@ if HAVE_TRITON:
     import triton.language as tl
 
 __all__ = ["sos_forward", "sos_backward"]
-
-_CK = CHECKPOINT_BLOCK
 
 if HAVE_TRITON:
 
@@ -140,55 +139,30 @@ if HAVE_TRITON:
             tl.debug_barrier()
 
 
-def sos_forward(
-    x: torch.Tensor,
-    xrow: torch.Tensor,
-    sos: torch.Tensor,
-    crow: torch.Tensor,
-    zi: torch.Tensor,
-    block: int = tc.BLOCK_ROWS,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Triton version of :func:`lhotse_amt.kernels.autodiff.sos_forward`: ``y (R, T)`` in
-    ``x``'s dtype, ``zf (R, S, 2)`` in ``zi``'s and the checkpoints
-    ``(R, checkpoint_blocks(T), S, 2)`` float64."""
-    S = sos.shape[1]
-    R, T, y, zf, ck = tc.forward_outputs(x, xrow, zi, (checkpoint_blocks(x.shape[1]), S, 2))
-    if R > 0 and T > 0:
-        _sos_fwd_kernel[tc.grid(R, block)](
-            tc.dense(x), tc.i64(xrow), tc.f64(sos), tc.i64(crow), zf, y, ck,
-            tc.scratch(2, _CK, R, block, x.device), R, tc.padded(R, block), T, S, CK=_CK,
-            BLOCK=block, num_warps=1,
-        )  # fmt: skip
-    return y, zf.to(zi.dtype), ck
+def _fwd(x, xrow, sos, crow, zi, y, zf, ck, block: int = tc.BLOCK_ROWS) -> None:
+    R, T = y.shape
+    _sos_fwd_kernel[tc.grid(R, block)](
+        x, xrow, sos, crow, zf, y, ck, tc.scratch(2, CK, R, block, x.device), R,
+        tc.padded(R, block), T, sos.shape[1], CK=CK, BLOCK=block, num_warps=1,
+    )  # fmt: skip
 
 
-def sos_backward(
-    gy: torch.Tensor,
-    gzf: torch.Tensor,
-    x: torch.Tensor,
-    xrow: torch.Tensor,
-    sos: torch.Tensor,
-    crow: torch.Tensor,
-    zi: torch.Tensor,
-    ck: torch.Tensor,
-    want_x: bool,
-    want_c: bool,
-    block: int = tc.BLOCK_ROWS,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Triton version of :func:`lhotse_amt.kernels.autodiff.sos_backward`: per-row
-    ``gx (R, T)``, ``gsos (R, S, 6)`` and ``gzi (R, S, 2)``."""
-    R, T, gx, lam = tc.backward_outputs(gy, gzf, x, want_x)
+def _bwd(
+    gy, gzf, x, xrow, sos, crow, zi, ck, gx, gsos, gzi, want_x, want_c, block=tc.BLOCK_ROWS
+) -> None:
+    R, T = gy.shape
     S = sos.shape[1]
     dev = x.device
-    gc = torch.zeros((R, S, 6), dtype=torch.float64, device=dev)
-    if R > 0 and T > 0:
-        ck = tc.check_ck(ck, (R, checkpoint_blocks(T), S, 2))
-        z = torch.empty((R, S, 2), dtype=torch.float64, device=dev)
-        _sos_bwd_kernel[tc.grid(R, block)](
-            tc.dense(gy), tc.dense(x), tc.i64(xrow), tc.f64(sos), tc.i64(crow), z, lam, gx, gc, ck,
-            tc.scratch(S + 1, _CK, R, block, dev), tc.scratch(1, _CK, R, block, dev), R,
-            tc.padded(R, block), T, S, WANT_X=bool(want_x), CK=_CK, BLOCK=block, num_warps=1,
-        )  # fmt: skip
-    if not want_c:
-        gc.zero_()
-    return gx, gc, lam
+    _sos_bwd_kernel[tc.grid(R, block)](
+        gy, x, xrow, sos, crow, torch.empty_like(zi), gzi, gx, gsos, ck,
+        tc.scratch(S + 1, CK, R, block, dev), tc.scratch(1, CK, R, block, dev), R,
+        tc.padded(R, block), T, S, WANT_X=want_x, CK=CK, BLOCK=block, num_warps=1,
+    )  # fmt: skip
+
+
+_KERNELS = RowKernels(_fwd, _bwd, tc.require)
+#: Triton version of :data:`lhotse_amt.kernels.sos_grad.sos_forward` (same arguments and
+#: results; option ``block``: rows per program)
+sos_forward = _KERNELS.forward
+#: Triton version of :data:`lhotse_amt.kernels.sos_grad.sos_backward`
+sos_backward = _KERNELS.backward

@@ -259,12 +259,12 @@ def adaptation_rows(
     states at the start of every block of the backward's recomputation
     ``(R, ceil(T / 512), J)`` float64 (no gradient).
     """
-    return adaptation_grad.adaptation_forward(x, xrow, a, m, crow, minlvl, use_limit, zi, True)
+    return adaptation_grad.adaptation_forward(x, xrow, a, m, crow, minlvl, use_limit, zi)
 
 
 @adaptation_rows.register_kernel("cuda")
 def _(x, xrow, a, m, crow, minlvl: float, use_limit: bool, zi):
-    return _gpu().adaptation_forward(x, xrow, a, m, crow, minlvl, use_limit, zi, True)
+    return _gpu().adaptation_forward(x, xrow, a, m, crow, minlvl, use_limit, zi)
 
 
 @adaptation_rows.register_fake

@@ -104,8 +104,8 @@ for lim, dt, T in ((True, torch.float64, 1100), (False, torch.float32, 530)):
     x[:, 300:] *= 30  # onset: the limiter engages
     x[0, :100] = 0.0  # below minlvl: no input gradient
     zi = torch.rand(R, 2, dtype=torch.float64) * 0.01 + 1e-3
-    ref = ada.adaptation_forward(x, xrow, a, m, crow, minlvl, lim, zi, True)
-    got = tri.adaptation_forward(x, xrow, a, m, crow, minlvl, lim, zi, True, block=4)
+    ref = ada.adaptation_forward(x, xrow, a, m, crow, minlvl, lim, zi)
+    got = tri.adaptation_forward(x, xrow, a, m, crow, minlvl, lim, zi, block=4)
     same(("v", "zf", "ck"), got, ref, dt)
     gy = torch.randn(R, T, dtype=dt)
     gzf = torch.randn(R, 2, dtype=torch.float64)
