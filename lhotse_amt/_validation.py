@@ -39,6 +39,7 @@ __all__ = [
     "check_level_db",
     "check_number",
     "check_positive_finite",
+    "check_preset",
     "check_rate",
     "check_signal",
     "check_str",
@@ -64,6 +65,12 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
+def _type_error(name: str, expected: str, value: Any, allow_none: bool) -> TypeError:
+    """``TypeError``: ``name`` must be ``expected`` (or None), naming the value given."""
+    none = " or None" if allow_none else ""
+    return TypeError(f"{name} must be {expected}{none}, got {value!r} ({_type_name(value)})")
+
+
 def check_number(
     name: str,
     value: Any,
@@ -84,10 +91,7 @@ def check_number(
     if value is None and allow_none:
         return None
     if not is_real_number(value):
-        raise TypeError(
-            f"{name} must be a real number{' or None' if allow_none else ''}, got "
-            f"{value!r} ({_type_name(value)})"
-        )
+        raise _type_error(name, "a real number", value, allow_none)
     v = float(value)
     u = f" {unit}" if unit else ""
     if math.isnan(v) or (finite and math.isinf(v)):
@@ -122,14 +126,11 @@ def check_int(
     if value is None and allow_none:
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f"{name} must be an integer{' or None' if allow_none else ''}, got {value!r} "
-            f"({_type_name(value)})"
-        )
+        raise _type_error(name, "an integer", value, allow_none)
     if not isinstance(value, numbers.Integral):
         v = float(value)
         if not allow_integral_float:
-            raise TypeError(f"{name} must be an integer, got {value!r} ({_type_name(value)})")
+            raise _type_error(name, "an integer", value, False)
         if not math.isfinite(v) or v != int(v):
             raise ValueError(f"{name} must be an integer, got {value!r}")
     out = int(value)
@@ -194,10 +195,7 @@ def check_bool(name: str, value: Any, *, allow_none: bool = False) -> bool | Non
     if value is None and allow_none:
         return None
     if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(
-            f"{name} must be True or False{' or None' if allow_none else ''}, got {value!r} "
-            f"({_type_name(value)})"
-        )
+        raise _type_error(name, "True or False", value, allow_none)
     return bool(value)
 
 
@@ -206,10 +204,7 @@ def check_str(name: str, value: Any, *, allow_none: bool = False) -> str | None:
     if value is None and allow_none:
         return None
     if not isinstance(value, str):
-        raise TypeError(
-            f"{name} must be a string{' or None' if allow_none else ''}, got {value!r} "
-            f"({_type_name(value)})"
-        )
+        raise _type_error(name, "a string", value, allow_none)
     return value
 
 
@@ -236,6 +231,14 @@ def check_choice(name: str, value: Any, allowed: Collection[Any]) -> Any:
     raise ValueError(f"{name} must be one of {options}, got {value!r}")
 
 
+def check_preset(what: str, value: Any, presets: Collection[str]) -> str:
+    """A key of ``presets`` (``ValueError`` naming ``what`` and listing the keys
+    otherwise)."""
+    if not isinstance(value, str) or value not in presets:
+        raise ValueError(f"unknown {what} {value!r}; choose from {sorted(presets)}")
+    return value
+
+
 def check_dtype(
     name: str,
     dtype: Any,
@@ -257,7 +260,7 @@ def check_kwargs(name: str, value: Any) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise TypeError(f"{name} must be a dict or None, got {value!r} ({_type_name(value)})")
+        raise _type_error(name, "a dict", value, True)
     bad = [k for k in value if not isinstance(k, str)]
     if bad:
         raise TypeError(f"{name} keys must be strings, got {bad!r}")

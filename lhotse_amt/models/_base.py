@@ -11,10 +11,19 @@ import torch
 from torch import Tensor, nn
 
 from .. import _alloc
-from .._validation import as_float_tensor, check_signal
+from .._validation import (
+    as_float_tensor,
+    check_band,
+    check_bool,
+    check_dtype,
+    check_kwargs,
+    check_rate,
+    check_signal,
+    check_str,
+)
 from ..functional.iir import grad_recorded
 
-__all__ = ["PooledState", "StreamingModel", "merge_preset"]
+__all__ = ["PooledState", "StreamingModel", "init_model_settings", "merge_preset"]
 
 
 @dataclass
@@ -61,6 +70,44 @@ def refuse_jit_trace(name: str) -> None:
         )
 
 
+def init_model_settings(
+    model: nn.Module,
+    args: dict[str, Any],
+    presets: dict[str, dict[str, Any]] | None = None,
+    *,
+    integral_fs: bool = False,
+) -> dict[str, Any]:
+    """Check the constructor arguments every model has and store them on ``model``.
+
+    ``args`` are the constructor's arguments (its ``locals()``): ``fs`` (Hz; a whole number
+    of Hz with ``integral_fs``), ``learnable`` and ``return_stages`` (bool), ``dtype``
+    (float32/float64), every ``*_kwargs`` (a dict or ``None``) and, with ``presets``,
+    ``preset`` (``None`` or one of its keys; stored as ``model.preset``). ``model.fs``,
+    ``learnable``, ``return_stages`` and ``dtype`` are set. Returns a copy of the preset's
+    settings (``{}`` without one).
+    """
+    fs = check_rate("fs", args["fs"], integral=integral_fs)
+    check_bool("learnable", args["learnable"])
+    check_bool("return_stages", args["return_stages"])
+    check_dtype("dtype", args["dtype"])
+    for name, value in args.items():
+        if name.endswith("_kwargs"):
+            check_kwargs(name, value)
+    preset = None
+    if presets is not None:
+        preset = check_str("preset", args.get("preset"), allow_none=True)
+        if preset is not None and preset not in presets:
+            raise ValueError(
+                f"unknown preset {preset!r} of {type(model).__name__}; choose from {list(presets)}"
+            )
+        model.preset = preset
+    model.fs = float(fs)
+    model.learnable = args["learnable"]
+    model.return_stages = args["return_stages"]
+    model.dtype = args["dtype"]
+    return dict(presets[preset]) if preset is not None else {}
+
+
 def merge_preset(preset_kwargs: dict | None, user_kwargs: dict | None) -> dict:
     """Preset values overridden by explicitly given keyword arguments."""
     out = dict(preset_kwargs or {})
@@ -87,6 +134,37 @@ class StreamingModel(nn.Module):
     fused_chain: str | None = None
     #: constructor arguments (for the float64 twin of :meth:`_kernel_plan`)
     _init_kwargs: dict[str, Any]
+    #: the stage whose channels are the model's auditory channels (:attr:`fc`)
+    channel_stage: str = "filterbank"
+
+    def _init_common(
+        self, args: dict[str, Any], presets: dict[str, dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """Check and store the settings every sample-rate model has (see
+        :func:`init_model_settings`; ``args``: the constructor's ``locals()``) and the
+        auditory grid ``flow < fhigh`` (Hz); keep the arguments for the float64 twin of
+        :meth:`_kernel_plan`. Returns the preset's stage settings (``{}`` without one)."""
+        args = {k: v for k, v in args.items() if k not in ("self", "__class__")}
+        self._init_kwargs = args
+        cfg = init_model_settings(self, args, presets)
+        self.flow, self.fhigh = check_band(args["flow"], args["fhigh"])
+        return cfg
+
+    @property
+    def fc(self) -> Tensor:
+        """Centre frequencies of the auditory channels (Hz), ``(C,)`` (the characteristic
+        frequencies of the DRNL channels in :class:`~lhotse_amt.models.Paulick2024`)."""
+        return getattr(self, self.channel_stage).fc
+
+    @property
+    def num_channels(self) -> int:
+        """Number of auditory channels ``C``."""
+        return getattr(self, self.channel_stage).num_channels
+
+    @property
+    def mfc(self) -> list[Tensor]:
+        """Modulation centre frequencies per channel (Hz)."""
+        return self.modulation.mfc  # type: ignore[attr-defined]
 
     def _prepare(self, x: Tensor, min_samples: int = 1) -> tuple[Tensor, bool]:
         """Check ``forward``'s input (``(T,)`` or ``(B, T)``, real floating point, finite;
@@ -194,12 +272,13 @@ class StreamingModel(nn.Module):
         square: bool,
         envelope: bool = False,
     ) -> tuple[Tensor, PooledState]:
-        """No-grad CPU inference of the whole chain on a chunk ``x (B, T)``, pooled over
+        """No-grad inference of the whole chain on a chunk ``x (B, T)``, pooled over
         blocks of ``hop`` samples in the same pass (operators ``lhotse_amt::casp_pooled`` /
         ``lhotse_amt::king_pooled``, :mod:`lhotse_amt.ops.fused`).
 
         Args:
-            x: chunk of input samples ``(B, T)`` (the model's dtype, CPU).
+            x: chunk of input samples ``(B, T)`` (the model's dtype and device: the CPU, or
+                CUDA, where the operators run Triton kernels).
             state: the state returned with the previous chunk (``None``: rest).
             hop: samples per block.
             ends: valid samples of each item, counted from the chunk's start (samples at
@@ -241,7 +320,7 @@ class StreamingModel(nn.Module):
         counts: Any,
         square: bool,
     ) -> tuple[Tensor | None, dict[str, Any]]:
-        """No-grad CPU inference: the stages up to ``upto`` on a chunk ``x (B, T)`` (their
+        """No-grad inference: the stages up to ``upto`` on a chunk ``x (B, T)`` (their
         output at ``1 / R`` of the input rate), then the modulation filterbank and the
         frame pooling of its output held over ``R`` input samples per sample in one pass
         (operator ``lhotse_amt::modulation_pooled``); frame ``f`` of item ``b`` covers

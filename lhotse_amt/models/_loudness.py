@@ -4,6 +4,7 @@ CPU fast path of :mod:`lhotse_amt.ops.loudness_fast`), and the small torch_amt m
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,16 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .._validation import (
-    check_bool,
-    check_choice,
-    check_dtype,
-    check_int,
-    check_kwargs,
-    check_number,
-    check_rate,
-    check_str,
-)
+from .._validation import check_choice, check_int, check_number, check_str
 from ..functional import loudness as L
 from ..modules.loudness import (
     ExcitationPattern,
@@ -28,8 +20,15 @@ from ..modules.loudness import (
     OuterMiddleEarFilter,
     SpecificLoudness,
 )
+from ._base import init_model_settings
 
-__all__ = ["LoudnessFrames", "LoudnessModelBase", "agc_coefficient", "unused_keys"]
+__all__ = [
+    "LoudnessFrames",
+    "LoudnessModelBase",
+    "agc_coefficient",
+    "stage_attribute",
+    "unused_keys",
+]
 
 
 def agc_coefficient(group: str, d: dict, key: str, default: float) -> float:
@@ -43,6 +42,23 @@ def unused_keys(name: str, d: dict) -> None:
     """Refuse keys left in a ``*_kwargs`` dict."""
     if d:
         raise ValueError(f"unknown {name}: {sorted(d)}")
+
+
+def stage_attribute(path: str, doc: str) -> property:
+    """Read-only property: the attribute ``path`` of a stage submodule (dotted from the
+    model, e.g. ``"spectrum.prune"``), documented by ``doc``."""
+    return property(operator.attrgetter(path), doc=doc)
+
+
+def _agc_alpha(term: str, which: str) -> property:
+    """Read-only property: the ``which`` (``"attack"``/``"release"``) smoothing coefficient
+    per frame of the short-term (``term="stl"``) or long-term (``"ltl"``) AGC stage."""
+    label = {"stl": "Short-term", "ltl": "Long-term"}[term]
+
+    def get(self: LoudnessModelBase) -> float:
+        return getattr(self._agc_stage(term), f"{which}_alpha")
+
+    return property(get, doc=f"{label} AGC {which} coefficient per frame.")
 
 
 @dataclass
@@ -72,39 +88,19 @@ class LoudnessModelBase(nn.Module):
     _input_dims: tuple[int, int] = (1, 2)
 
     def _init_common(
-        self,
-        fs: float,
-        learnable: bool,
-        return_stages: bool,
-        dtype: torch.dtype,
-        preset: str,
-        presets: dict[str, dict[str, Any]],
-        chunk_frames: int,
-        backend: str,
-        stage_kwargs: dict[str, dict[str, Any] | None],
+        self, args: dict[str, Any], presets: dict[str, dict[str, Any]]
     ) -> dict[str, Any]:
-        """Check and store the settings every loudness model has; returns the preset's dict."""
-        check_rate("fs", fs, integral=True)
-        check_bool("learnable", learnable)
-        check_bool("return_stages", return_stages)
-        check_dtype("dtype", dtype)
-        check_str("preset", preset)
-        for k, v in stage_kwargs.items():
-            check_kwargs(k, v)
-        self.chunk_frames = check_int("chunk_frames", chunk_frames, min=1)
-        check_choice("backend", backend, ("auto", "torch", "fast"))
-        if preset not in presets:
-            raise ValueError(f"unknown preset {preset!r}; choose from {list(presets)}")
-        if dtype not in (torch.float32, torch.float64):
-            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
-        self.fs = float(fs)
-        self.learnable = learnable
-        self.return_stages = return_stages
-        self.dtype = dtype
-        self.preset = preset
-        self.backend = backend
+        """Check and store the settings every loudness model has (see
+        :func:`~lhotse_amt.models._base.init_model_settings`; ``args``: the constructor's
+        ``locals()``): ``fs`` (whole Hz), ``learnable``, ``return_stages``, ``dtype``, the
+        ``*_kwargs`` dicts, ``preset`` (a key of ``presets``), ``chunk_frames`` and
+        ``backend``. Returns the preset's dict."""
+        check_str("preset", args["preset"])
+        cfg = init_model_settings(self, args, presets, integral_fs=True)
+        self.chunk_frames = check_int("chunk_frames", args["chunk_frames"], min=1)
+        self.backend = check_choice("backend", args["backend"], ("auto", "torch", "fast"))
         self._fast: Any = None
-        return dict(presets[preset])
+        return cfg
 
     def _set_channels(self, cams: np.ndarray) -> None:
         """Channel centres at ERB-numbers ``cams`` (Cam)."""
@@ -240,7 +236,22 @@ class LoudnessModelBase(nn.Module):
         per_channel = level_db is not None and erb.per_channel
         return LoudnessFrames(nsp, e_db, level_db if per_channel else e_db)
 
+    def _agc_stage(self, term: str) -> nn.Module:  # pragma: no cover - abstract
+        """The AGC stage (:class:`~lhotse_amt.modules.loudness.LoudnessAGC`) of the
+        short-term (``term="stl"``) or long-term (``"ltl"``) loudness."""
+        raise NotImplementedError
+
     # ------------------------------------------------------------------------------------------
+    stl_attack = _agc_alpha("stl", "attack")
+    stl_release = _agc_alpha("stl", "release")
+    ltl_attack = _agc_alpha("ltl", "attack")
+    ltl_release = _agc_alpha("ltl", "release")
+
+    c = stage_attribute(
+        "specific_loudness.c",
+        "The specific-loudness constant ``C`` (parameter with ``learnable=True``).",
+    )
+
     def get_erb_frequencies(self) -> Tensor:
         """Channel centre frequencies (Hz), ``(C,)`` float64."""
         return self.channel_fc_hz

@@ -25,7 +25,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._validation import check_band, check_bool, check_dtype, check_kwargs, check_rate, check_str
 from ..functional.modulation import unpad_bands
 from ..modules import AdaptationLoops, GammatoneFilterbank, IHCEnvelope, ModulationFilterbank
 from ._base import StreamingModel, merge_preset
@@ -107,33 +106,8 @@ class Dau1997(StreamingModel):
         *,
         preset: str | None = None,
     ) -> None:
-        init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         super().__init__()
-        self._init_kwargs = init_kwargs
-        check_rate("fs", fs)
-        check_band(flow, fhigh)
-        check_bool("learnable", learnable)
-        check_bool("return_stages", return_stages)
-        check_dtype("dtype", dtype)
-        for k, v in dict(
-            filterbank_kwargs=filterbank_kwargs,
-            ihc_kwargs=ihc_kwargs,
-            adaptation_kwargs=adaptation_kwargs,
-            modulation_kwargs=modulation_kwargs,
-        ).items():
-            check_kwargs(k, v)
-        check_str("preset", preset, allow_none=True)
-        if preset is not None and preset not in DAU1997_PRESETS:
-            raise ValueError(
-                f"unknown Dau1997 preset {preset!r}; choose from {list(DAU1997_PRESETS)}"
-            )
-        p = DAU1997_PRESETS.get(preset, {})
-        self.fs = float(fs)
-        self.flow, self.fhigh = float(flow), float(fhigh)
-        self.learnable = learnable
-        self.return_stages = return_stages
-        self.dtype = dtype
-        self.preset = preset
+        p = self._init_common(locals(), DAU1997_PRESETS)
         common = dict(learnable=learnable, dtype=dtype)
         fb = merge_preset(p.get("filterbank"), filterbank_kwargs)
         fb.setdefault("flow", flow)
@@ -150,20 +124,6 @@ class Dau1997(StreamingModel):
             **common,
         )
         self._band_counts()  # constants of the design, for traced calls
-
-    @property
-    def fc(self) -> Tensor:
-        """Centre frequencies of the auditory channels (Hz), ``(C,)``."""
-        return self.filterbank.fc
-
-    @property
-    def num_channels(self) -> int:
-        return self.filterbank.num_channels
-
-    @property
-    def mfc(self) -> list[Tensor]:
-        """Modulation centre frequencies per channel (Hz)."""
-        return self.modulation.mfc
 
     def _stages(
         self, x: Tensor, state: dict[str, Any] | None, upto: str | None

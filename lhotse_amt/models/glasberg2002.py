@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from .._validation import (
     check_band,
@@ -24,7 +24,7 @@ from ..modules.loudness import (
     OuterMiddleEarFilter,
     SpecificLoudness,
 )
-from ._loudness import LoudnessModelBase, agc_coefficient, unused_keys
+from ._loudness import LoudnessModelBase, agc_coefficient, stage_attribute, unused_keys
 
 __all__ = ["Glasberg2002", "GLASBERG2002_PRESETS"]
 
@@ -129,23 +129,7 @@ class Glasberg2002(LoudnessModelBase):
         backend: str = "auto",
     ) -> None:
         super().__init__()
-        cfg = self._init_common(
-            fs,
-            learnable,
-            return_stages,
-            dtype,
-            preset,
-            GLASBERG2002_PRESETS,
-            chunk_frames,
-            backend,
-            dict(
-                multi_fft_kwargs=multi_fft_kwargs,
-                erb_kwargs=erb_kwargs,
-                excitation_kwargs=excitation_kwargs,
-                specific_loudness_kwargs=specific_loudness_kwargs,
-                loudness_integration_kwargs=loudness_integration_kwargs,
-            ),
-        )
+        cfg = self._init_common(locals(), GLASBERG2002_PRESETS)
 
         mfk = dict(multi_fft_kwargs or {})
         floor = check_number("multi_fft_kwargs['floor']", mfk.pop("floor", 1e-4), min=0.0)
@@ -218,51 +202,25 @@ class Glasberg2002(LoudnessModelBase):
             self.specific_loudness,
         )
 
+    def _agc_stage(self, term: str) -> nn.Module:
+        return getattr(self.loudness_integration, f"{term}_agc")
+
     def _use_fast(self, x: Tensor) -> bool:
         if self.lower_slope_level == "channel":
             return False
         return super()._use_fast(x)
 
     # ------------------------------------------------------------------------------------------
-    @property
-    def c(self) -> Tensor:
-        """The specific-loudness constant ``C`` (parameter with ``learnable=True``)."""
-        return self.specific_loudness.c
-
-    @property
-    def floor(self) -> float:
-        """Intensity at or below which spectral components are ignored."""
-        return self.multi_fft.floor
-
-    @property
-    def high_level(self) -> str:
-        """High-level branch of the specific-loudness law."""
-        return self.specific_loudness.high_level
-
-    @property
-    def diotic(self) -> bool:
-        """Whether the loudness is that of diotic presentation (twice the monaural value)."""
-        return self.loudness_integration.diotic
-
-    @property
-    def stl_attack(self) -> float:
-        """Short-term AGC attack coefficient per frame."""
-        return self.loudness_integration.stl_agc.attack_alpha
-
-    @property
-    def stl_release(self) -> float:
-        """Short-term AGC release coefficient per frame."""
-        return self.loudness_integration.stl_agc.release_alpha
-
-    @property
-    def ltl_attack(self) -> float:
-        """Long-term AGC attack coefficient per frame."""
-        return self.loudness_integration.ltl_agc.attack_alpha
-
-    @property
-    def ltl_release(self) -> float:
-        """Long-term AGC release coefficient per frame."""
-        return self.loudness_integration.ltl_agc.release_alpha
+    floor = stage_attribute(
+        "multi_fft.floor", "Intensity at or below which spectral components are ignored."
+    )
+    high_level = stage_attribute(
+        "specific_loudness.high_level", "High-level branch of the specific-loudness law."
+    )
+    diotic = stage_attribute(
+        "loudness_integration.diotic",
+        "Whether the loudness is that of diotic presentation (twice the monaural value).",
+    )
 
     @property
     def n_features(self) -> int:

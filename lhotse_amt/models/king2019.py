@@ -48,13 +48,10 @@ from .. import _alloc
 from .._validation import (
     check_band,
     check_bool,
-    check_dtype,
     check_int,
-    check_kwargs,
     check_level_db,
     check_number,
     check_positive_finite,
-    check_rate,
     check_str,
 )
 from ..functional.erb import erb_to_freq, freq_to_erb
@@ -140,11 +137,8 @@ class King2019(StreamingModel):
         phase_insensitive: bool = True,
         pi_cutoff: float = 10.0,
     ) -> None:
-        init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         super().__init__()
-        self._init_kwargs = init_kwargs
-        check_rate("fs", fs)
-        check_band(flow, fhigh)
+        p = self._init_common(locals(), KING2019_PRESETS)
         check_positive_finite("basef", basef, allow_none=True)
         check_str("compression_type", compression_type)
         check_number("compression_n", compression_n, min=0.0, max=10.0, min_inclusive=False)
@@ -157,38 +151,16 @@ class King2019(StreamingModel):
         check_number("modbank_qfactor", modbank_qfactor, min=0.0, max=100.0, min_inclusive=False)
         check_bool("lp_150hz", lp_150hz)
         check_positive_finite("subfs", subfs, allow_none=True)
-        check_bool("learnable", learnable)
-        check_bool("return_stages", return_stages)
-        check_dtype("dtype", dtype)
-        for k, v in dict(
-            filterbank_kwargs=filterbank_kwargs,
-            compression_kwargs=compression_kwargs,
-            ihc_kwargs=ihc_kwargs,
-            adaptation_kwargs=adaptation_kwargs,
-            modulation_kwargs=modulation_kwargs,
-        ).items():
-            check_kwargs(k, v)
-        check_str("preset", preset, allow_none=True)
         check_bool("phase_insensitive", phase_insensitive)
         check_number("pi_cutoff", pi_cutoff, min=0.0)
-        if preset is not None and preset not in KING2019_PRESETS:
-            raise ValueError(
-                f"unknown King2019 preset {preset!r}; choose from {list(KING2019_PRESETS)}"
-            )
         if compression_type not in ("brokenstick", "power"):
             raise ValueError(
                 f"compression_type must be 'brokenstick' or 'power', got {compression_type!r}"
             )
         if subfs is not None and not subfs > 0:
             raise ValueError(f"subfs must be positive or None, got {subfs!r}")
-        p = KING2019_PRESETS.get(preset, {})
-        self.fs = float(fs)
         self.dboffset = float(dboffset)
         self.compression_type = compression_type
-        self.learnable = learnable
-        self.return_stages = return_stages
-        self.dtype = dtype
-        self.preset = preset
         self.subfs = None if subfs is None else float(subfs)
         self.phase_insensitive = bool(phase_insensitive)
         self.pi_cutoff = float(pi_cutoff)
@@ -230,16 +202,7 @@ class King2019(StreamingModel):
         self.__dict__["_pi_sel"] = tuple(self._pi_bands())
 
     @property
-    def fc(self) -> Tensor:
-        """Centre frequencies of the auditory channels (Hz), ``(F,)``."""
-        return self.filterbank.fc
-
-    @property
-    def num_channels(self) -> int:
-        return self.filterbank.num_channels
-
-    @property
-    def mfc(self) -> Tensor:
+    def mfc(self) -> Tensor:  # type: ignore[override]
         """Modulation centre frequencies (Hz), ``(M,)``."""
         return self.modulation_filterbank.mfc
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from .._validation import (
     check_band,
@@ -23,7 +23,7 @@ from ..modules.loudness import (
     OuterMiddleEarFilter,
     SpecificLoudness,
 )
-from ._loudness import LoudnessModelBase, agc_coefficient, unused_keys
+from ._loudness import LoudnessModelBase, agc_coefficient, stage_attribute, unused_keys
 
 __all__ = ["Moore2016", "MOORE2016_PRESETS"]
 
@@ -129,25 +129,7 @@ class Moore2016(LoudnessModelBase):
         backend: str = "auto",
     ) -> None:
         super().__init__()
-        cfg = self._init_common(
-            fs,
-            learnable,
-            return_stages,
-            dtype,
-            preset,
-            MOORE2016_PRESETS,
-            chunk_frames,
-            backend,
-            dict(
-                outer_middle_ear_kwargs=outer_middle_ear_kwargs,
-                spectrum_kwargs=spectrum_kwargs,
-                excitation_kwargs=excitation_kwargs,
-                specific_loudness_kwargs=specific_loudness_kwargs,
-                temporal_integration_kwargs=temporal_integration_kwargs,
-                binaural_loudness_kwargs=binaural_loudness_kwargs,
-                ltl_agc_kwargs=ltl_agc_kwargs,
-            ),
-        )
+        cfg = self._init_common(locals(), MOORE2016_PRESETS)
 
         ome = dict(outer_middle_ear_kwargs or {})
         taps = ome.pop("taps", None)
@@ -204,51 +186,24 @@ class Moore2016(LoudnessModelBase):
     def _stages(self) -> tuple:
         return self.outer_middle_ear, self.spectrum, None, self.excitation, self.specific_loudness
 
+    def _agc_stage(self, term: str) -> nn.Module:
+        # the long-term AGCs of both ears have the same coefficients
+        return self.temporal_integration if term == "stl" else self.ltl_agc_left
+
     # ------------------------------------------------------------------------------------------
-    @property
-    def c(self) -> Tensor:
-        """The specific-loudness constant ``C`` (parameter with ``learnable=True``)."""
-        return self.specific_loudness.c
-
-    @property
-    def inhibition_p(self) -> Tensor:
-        """The binaural inhibition exponent ``p`` (parameter with ``learnable=True``)."""
-        return self.binaural_loudness.p
-
-    @property
-    def binaural_smooth(self) -> Tensor:
-        """The cross-channel smoothing matrix ``(C, C)`` of the binaural inhibition."""
-        return self.binaural_loudness.smooth
-
-    @property
-    def prune(self) -> bool:
-        """Whether the 60-dB/-30-dB component rule is applied."""
-        return self.spectrum.prune
-
-    @property
-    def lowest_channel(self) -> str:
-        """``"zero"`` or ``"extrapolate"`` (see ``MOORE2016_PRESETS``)."""
-        return self.specific_loudness.lowest_channel
-
-    @property
-    def stl_attack(self) -> float:
-        """Short-term AGC attack coefficient per frame."""
-        return self.temporal_integration.attack_alpha
-
-    @property
-    def stl_release(self) -> float:
-        """Short-term AGC release coefficient per frame."""
-        return self.temporal_integration.release_alpha
-
-    @property
-    def ltl_attack(self) -> float:
-        """Long-term AGC attack coefficient per frame."""
-        return self.ltl_agc_left.attack_alpha
-
-    @property
-    def ltl_release(self) -> float:
-        """Long-term AGC release coefficient per frame."""
-        return self.ltl_agc_left.release_alpha
+    inhibition_p = stage_attribute(
+        "binaural_loudness.p",
+        "The binaural inhibition exponent ``p`` (parameter with ``learnable=True``).",
+    )
+    binaural_smooth = stage_attribute(
+        "binaural_loudness.smooth",
+        "The cross-channel smoothing matrix ``(C, C)`` of the binaural inhibition.",
+    )
+    prune = stage_attribute("spectrum.prune", "Whether the 60-dB/-30-dB component rule is applied.")
+    lowest_channel = stage_attribute(
+        "specific_loudness.lowest_channel",
+        '``"zero"`` or ``"extrapolate"`` (see ``MOORE2016_PRESETS``).',
+    )
 
     @property
     def n_features(self) -> int:

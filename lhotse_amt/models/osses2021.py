@@ -45,15 +45,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._validation import (
-    check_band,
-    check_bool,
-    check_choice,
-    check_dtype,
-    check_kwargs,
-    check_rate,
-    check_str,
-)
+from .._validation import check_choice
 from ..functional.modulation import unpad_bands
 from ..modules import AdaptationLoops, GammatoneFilterbank, IHCEnvelope, ModulationFilterbank
 from ..modules.ear import HeadphoneFilter, MiddleEarFilter
@@ -134,56 +126,21 @@ class Osses2021(StreamingModel):
         preset: str | None = None,
         compensation: str | None = None,
     ) -> None:
-        init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         super().__init__()
-        self._init_kwargs = init_kwargs
-        check_rate("fs", fs)
-        check_band(flow, fhigh)
-        check_bool("learnable", learnable)
-        check_bool("return_stages", return_stages)
-        check_dtype("dtype", dtype)
-        for k, v in dict(
-            headphone_kwargs=headphone_kwargs,
-            middleear_kwargs=middleear_kwargs,
-            filterbank_kwargs=filterbank_kwargs,
-            ihc_kwargs=ihc_kwargs,
-            adaptation_kwargs=adaptation_kwargs,
-            modulation_kwargs=modulation_kwargs,
-        ).items():
-            check_kwargs(k, v)
-        check_str("preset", preset, allow_none=True)
+        p = self._init_common(locals(), OSSES2021_PRESETS)
         check_choice("compensation", compensation, (None, "none", "amt", "trim"))
-        if preset is not None and preset not in OSSES2021_PRESETS:
-            raise ValueError(
-                f"unknown Osses2021 preset {preset!r}; choose from {list(OSSES2021_PRESETS)}"
-            )
         if phase_type is not None and phase_type not in ("minimum", "linear"):
             raise ValueError(
                 f"phase_type must be 'minimum' or 'linear', got {phase_type!r} (for a "
                 "zero-phase-like alignment use phase_type='linear', compensation='amt')"
             )
-        p = OSSES2021_PRESETS.get(preset, {})
         cfg = {k: merge_preset(v, p.get(k)) for k, v in _DEFAULTS.items()}
         for k in ("headphone", "middleear"):
             if phase_type is not None:
                 cfg[k]["phase"] = phase_type
             if compensation is not None:
                 cfg[k]["compensation"] = compensation
-        user = dict(
-            headphone=headphone_kwargs,
-            middleear=middleear_kwargs,
-            filterbank=filterbank_kwargs,
-            ihc=ihc_kwargs,
-            adaptation=adaptation_kwargs,
-            modulation=modulation_kwargs,
-        )
-        cfg = {k: merge_preset(v, user[k]) for k, v in cfg.items()}
-        self.fs = float(fs)
-        self.flow, self.fhigh = float(flow), float(fhigh)
-        self.learnable = learnable
-        self.return_stages = return_stages
-        self.dtype = dtype
-        self.preset = preset
+        cfg = {k: merge_preset(v, self._init_kwargs[f"{k}_kwargs"]) for k, v in cfg.items()}
         self.phase_type = cfg["headphone"]["phase"]
         common = dict(learnable=learnable, dtype=dtype)
         fb = cfg["filterbank"]
@@ -199,20 +156,6 @@ class Osses2021(StreamingModel):
             fs, self.filterbank.fc.detach(), **cfg["modulation"], **common
         )
         self._band_counts()  # constants of the design, for traced calls
-
-    @property
-    def fc(self) -> Tensor:
-        """Centre frequencies of the auditory channels (Hz), ``(C,)``."""
-        return self.filterbank.fc
-
-    @property
-    def num_channels(self) -> int:
-        return self.filterbank.num_channels
-
-    @property
-    def mfc(self) -> list[Tensor]:
-        """Modulation centre frequencies per channel (Hz)."""
-        return self.modulation.mfc
 
     @property
     def lookahead(self) -> int:

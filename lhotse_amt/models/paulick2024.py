@@ -59,17 +59,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .._validation import (
-    check_band,
-    check_bool,
-    check_choice,
-    check_dtype,
-    check_int,
-    check_kwargs,
-    check_rate,
-)
+from .._validation import check_bool, check_choice, check_int
 from ..functional.adaptation import adaptation_coefficients
 from ..functional.iir import resolve_backend
+from ..modules._common import register_coefficients
 from ..modules.adaptation import AdaptationLoops
 from ..modules.drnl import DRNLFilterbank
 from ..modules.ihc_paulick import IHCPaulick2024
@@ -138,7 +131,29 @@ def _fir(buf: Tensor, weight: Tensor, start: int, stride: int, n_out: int) -> Te
     return y[:, 0, :n_out]
 
 
-class CASPEarFilter(nn.Module):
+class _StreamingFIR(nn.Module):
+    """Causal FIR with the flipped taps ``weight (1, 1, K)`` whose streaming state is the
+    last ``K - 1`` inputs."""
+
+    weight: Tensor
+
+    @property
+    def num_taps(self) -> int:
+        return int(self.weight.shape[-1])
+
+    def _with_history(self, x: Tensor, hist: Tensor | None) -> tuple[Tensor, Tensor]:
+        """``x (R, T)`` preceded by the previous ``K - 1`` inputs ``hist`` (zeros at rest):
+        the buffer ``(R, K - 1 + T)`` and the new history, its last ``K - 1`` samples."""
+        K = self.num_taps
+        if hist is None:
+            hist = x.new_zeros(x.shape[0], K - 1)
+        else:
+            hist = hist.to(x.dtype).reshape(-1, K - 1)
+        buf = torch.cat([hist, x], -1)
+        return buf, buf[:, buf.shape[-1] - (K - 1) :]
+
+
+class CASPEarFilter(_StreamingFIR):
     """Causal FIR ``(B, T) -> (B, T)`` with streaming state (the last ``K - 1`` inputs).
 
     Args:
@@ -159,28 +174,17 @@ class CASPEarFilter(nn.Module):
         h = casp_ear_fir(fs, outer=use_outerear) if fir is None else np.asarray(fir, np.float64)
         # conv1d correlates: store the flipped taps
         w = torch.as_tensor(h[::-1].copy(), dtype=dtype)[None, None, :]
-        if learnable:
-            self.weight = nn.Parameter(w)
-        else:
-            self.register_buffer("weight", w)
-
-    @property
-    def num_taps(self) -> int:
-        return int(self.weight.shape[-1])
+        register_coefficients(self, learnable, weight=w)
 
     def forward(
         self, x: Tensor, state: Tensor | None = None, return_state: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
-        B, T = x.shape
-        K = self.num_taps
-        hist = x.new_zeros(B, K - 1) if state is None else state.to(x.dtype)
-        buf = torch.cat([hist, x], -1)
-        y = _fir(buf, self.weight, 0, 1, T)
-        new = buf[:, buf.shape[-1] - (K - 1) :]
+        buf, new = self._with_history(x, state)
+        y = _fir(buf, self.weight, 0, 1, x.shape[-1])
         return (y, new) if return_state else y
 
 
-class FIRDecimator(nn.Module):
+class FIRDecimator(_StreamingFIR):
     """Anti-aliased decimation by ``factor`` along the last axis, causal and streaming.
 
     Output sample ``m`` is ``sum_k h[k] x[R m - k]`` (``R = factor``), ``h`` a Kaiser-window
@@ -217,30 +221,20 @@ class FIRDecimator(nn.Module):
             )
         self.register_buffer("weight", torch.as_tensor(h[::-1].copy(), dtype=dtype)[None, None, :])
 
-    @property
-    def num_taps(self) -> int:
-        return int(self.weight.shape[-1])
-
     def forward(
         self, x: Tensor, state: dict | None = None, return_state: bool = False
     ) -> Tensor | tuple[Tensor, dict]:
         """``x (..., T)`` -> ``(..., M)`` with ``M`` the number of ``n = R m`` in the chunk."""
         R, K = self.factor, self.num_taps
         lead, T = x.shape[:-1], x.shape[-1]
-        xf = x.reshape(-1, T)
         st = state or {}
-        hist = st.get("hist")
-        if hist is None:
-            hist = xf.new_zeros(xf.shape[0], K - 1)
-        else:
-            hist = hist.to(xf.dtype).reshape(-1, K - 1)
+        buf, hist = self._with_history(x.reshape(-1, T), st.get("hist"))
         t0 = int(st.get("t", 0))
-        buf = torch.cat([hist, xf], -1)
         j0 = (-t0) % R  # first local index with (t0 + j) % R == 0
         n_out = max(0, -(-(T - j0) // R))
         y = _fir(buf, self.weight, j0, R, n_out)
         y = y.reshape(*lead, n_out)
-        new = {"hist": buf[:, buf.shape[-1] - (K - 1) :].reshape(*lead, K - 1), "t": t0 + T}
+        new = {"hist": hist.reshape(*lead, K - 1), "t": t0 + T}
         return (y, new) if return_state else y
 
 
@@ -276,6 +270,7 @@ class Paulick2024(DecisionMixin, StreamingModel):
     """
 
     stage_names = ("outerear", "drnl", "ihc", "adaptation", "resampled", "modulation")
+    channel_stage = "drnl"
 
     def __init__(
         self,
@@ -297,35 +292,18 @@ class Paulick2024(DecisionMixin, StreamingModel):
         resample_factor: int = 4,
     ) -> None:
         super().__init__()
-        check_rate("fs", fs)
-        check_band(flow, fhigh)
+        self._init_common(locals())
         check_int("n_channels", n_channels, min=1)
         check_bool("use_outerear", use_outerear)
-        check_bool("learnable", learnable)
-        check_bool("return_stages", return_stages)
         check_choice("filter_type", filter_type, ("efilt", "butterworth"))
-        check_dtype("dtype", dtype)
-        for k, v in dict(
-            outerear_kwargs=outerear_kwargs,
-            drnl_kwargs=drnl_kwargs,
-            ihc_kwargs=ihc_kwargs,
-            adaptation_kwargs=adaptation_kwargs,
-            modulation_kwargs=modulation_kwargs,
-        ).items():
-            check_kwargs(k, v)
         check_int("resample_factor", resample_factor, min=1)
         if fhigh >= fs / 2:
             raise ValueError(
                 f"fhigh={fhigh:g} Hz must lie below the Nyquist frequency fs/2 = {fs / 2:g} Hz"
             )
-        self.fs = float(fs)
-        self.flow, self.fhigh = float(flow), float(fhigh)
         self.n_channels = int(n_channels)
         self.use_outerear = bool(use_outerear)
-        self.learnable = learnable
-        self.return_stages = return_stages
         self.filter_type = filter_type
-        self.dtype = dtype
         common = dict(learnable=learnable, dtype=dtype)
         self.outer_middle_ear = CASPEarFilter(
             fs, use_outerear=use_outerear, **(outerear_kwargs or {}), **common
@@ -352,20 +330,6 @@ class Paulick2024(DecisionMixin, StreamingModel):
 
         # ------------------------------------------------------------------ properties
         self._band_counts()  # constants of the design, for traced calls
-
-    @property
-    def fc(self) -> Tensor:
-        """Characteristic frequencies of the DRNL channels (Hz), ``(C,)``."""
-        return self.drnl.fc
-
-    @property
-    def num_channels(self) -> int:
-        return self.drnl.num_channels
-
-    @property
-    def mfc(self) -> list[Tensor]:
-        """Modulation centre frequencies per channel (Hz)."""
-        return self.modulation.mfc
 
     # ------------------------------------------------------------------ processing
     def _fused_ok(self, x: Tensor) -> bool:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from .._validation import check_preset
 from ..functional.adaptation import ADAPTATION_PRESETS, adaptation_loops
+from ._common import register_coefficients
 
 
 class AdaptationLoops(nn.Module):
@@ -38,11 +40,7 @@ class AdaptationLoops(nn.Module):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        if preset not in ADAPTATION_PRESETS:
-            raise ValueError(
-                f"unknown adaptation preset {preset!r}; choose from {sorted(ADAPTATION_PRESETS)}"
-            )
-        p = ADAPTATION_PRESETS[preset]
+        p = ADAPTATION_PRESETS[check_preset("adaptation preset", preset, ADAPTATION_PRESETS)]
         self.fs = float(fs)
         self.preset = preset
         self.limit = float(p["limit"] if limit is None else limit)
@@ -51,10 +49,7 @@ class AdaptationLoops(nn.Module):
         t = torch.as_tensor(p["tau"] if tau is None else tau, dtype=dtype)
         if t.dim() != 1 or (t <= 0).any():
             raise ValueError("tau must be a 1-D sequence of positive time constants (s)")
-        if learnable:
-            self.tau = nn.Parameter(t)
-        else:
-            self.register_buffer("tau", t)
+        register_coefficients(self, learnable, tau=t)
 
     def forward(
         self, x: Tensor, state: Tensor | None = None, return_state: bool = False

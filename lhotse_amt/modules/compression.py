@@ -7,6 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from ..functional.compression import broken_stick_compression, knee_amplitude, power_compression
+from ._common import register_coefficients
 
 __all__ = ["BrokenStickCompression", "PowerCompression"]
 
@@ -36,11 +37,7 @@ class BrokenStickCompression(nn.Module):
         super().__init__()
         self.knee_db = float(knee_db)
         self.dboffset = float(dboffset)
-        n = torch.tensor(float(exponent), dtype=dtype)
-        if learnable:
-            self.exponent = nn.Parameter(n)
-        else:
-            self.register_buffer("exponent", n)
+        register_coefficients(self, learnable, exponent=torch.tensor(float(exponent), dtype=dtype))
 
     @property
     def knee(self) -> float:
@@ -62,11 +59,7 @@ class PowerCompression(nn.Module):
         self, exponent: float = 0.3, learnable: bool = False, dtype: torch.dtype = torch.float32
     ) -> None:
         super().__init__()
-        n = torch.tensor(float(exponent), dtype=dtype)
-        if learnable:
-            self.exponent = nn.Parameter(n)
-        else:
-            self.register_buffer("exponent", n)
+        register_coefficients(self, learnable, exponent=torch.tensor(float(exponent), dtype=dtype))
 
     def forward(self, x: Tensor) -> Tensor:
         return power_compression(x, self.exponent)

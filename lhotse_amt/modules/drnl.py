@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from .._validation import check_preset
 from ..functional.drnl import DRNL_PRESETS, design_drnl, drnl
 from ..functional.erb import erb_to_freq, erbspacebw, freq_to_erb
+from ._common import ChannelBank, register_coefficients
 
 __all__ = ["DRNLFilterbank"]
 
 
-class DRNLFilterbank(nn.Module):
+class DRNLFilterbank(ChannelBank):
     """Dual-resonance non-linear filterbank (see :mod:`lhotse_amt.functional.drnl`).
 
     Args:
@@ -57,10 +59,8 @@ class DRNLFilterbank(nn.Module):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        if preset not in DRNL_PRESETS:
-            raise ValueError(f"unknown DRNL preset {preset!r}; choose from {sorted(DRNL_PRESETS)}")
         self.fs = float(fs)
-        self.preset = preset
+        self.preset = check_preset("DRNL preset", preset, DRNL_PRESETS)
         if fc is None:
             if not 0 < flow < fhigh:
                 raise ValueError(f"need 0 < flow < fhigh, got flow={flow}, fhigh={fhigh}")
@@ -94,18 +94,10 @@ class DRNLFilterbank(nn.Module):
         # fixed coefficients stay float64 (float32 rounding moves the low-frequency poles by
         # ~1e-5 relative to the AMT design); learnable ones take ``dtype``
         cdt = dtype if learnable else torch.float64
-        for k, v in vals.items():
-            t = torch.as_tensor(v, dtype=cdt)
-            if learnable:
-                setattr(self, k, nn.Parameter(t))
-            else:
-                self.register_buffer(k, t)
+        tensors = {k: torch.as_tensor(v, dtype=cdt) for k, v in vals.items()}
+        register_coefficients(self, learnable, **tensors)
         #: per-channel parameter values (Hz / dimensionless), for inspection
         self.parameters_per_channel = {k: v for k, v in d.params.items()}
-
-    @property
-    def num_channels(self) -> int:
-        return int(self.fc.numel())
 
     def forward(
         self,

@@ -18,6 +18,7 @@ from ..functional.ear import (
     headphone_fir,
     middle_ear_fir,
 )
+from ._common import register_coefficients
 
 __all__ = ["EarFIRFilter", "HeadphoneFilter", "MiddleEarFilter"]
 
@@ -53,10 +54,7 @@ class EarFIRFilter(nn.Module):
             raise ValueError(f"compensation must be one of {COMPENSATIONS}, got {compensation!r}")
         self.compensation = compensation
         h = torch.as_tensor(np.asarray(taps, dtype=np.float64)).to(dtype)
-        if learnable:
-            self.h = nn.Parameter(h)
-        else:
-            self.register_buffer("h", h)
+        register_coefficients(self, learnable, h=h)
 
     @property
     def numtaps(self) -> int:

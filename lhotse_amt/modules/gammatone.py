@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..functional.erb import erbspacebw
 from ..functional.gammatone import gammatone
+from ._common import ChannelBank, register_coefficients
 
 
-class GammatoneFilterbank(nn.Module):
+class GammatoneFilterbank(ChannelBank):
     """4th-order all-pole complex gammatone filterbank with ERB spacing (AMT
     ``auditoryfilterbank``; Hohmann 2002), run as one-pole cascades.
 
@@ -55,16 +56,7 @@ class GammatoneFilterbank(nn.Module):
             )
         fc_t = torch.as_tensor(fcs, dtype=dtype)
         scale = torch.full_like(fc_t, float(erb_scale))
-        if learnable:
-            self.fc = nn.Parameter(fc_t)
-            self.erb_scale = nn.Parameter(scale)
-        else:
-            self.register_buffer("fc", fc_t)
-            self.register_buffer("erb_scale", scale)
-
-    @property
-    def num_channels(self) -> int:
-        return int(self.fc.numel())
+        register_coefficients(self, learnable, fc=fc_t, erb_scale=scale)
 
     def forward(
         self, x: Tensor, state: Tensor | None = None, return_state: bool = False

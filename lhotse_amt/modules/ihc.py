@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from .._validation import check_preset
 from ..functional.ihc import IHC_PRESETS, ihc_envelope, ihc_lowpass_sos
+from ._common import register_coefficients
 
 
 class IHCEnvelope(nn.Module):
@@ -36,9 +38,7 @@ class IHCEnvelope(nn.Module):
         iterations: int | None = None,
     ) -> None:
         super().__init__()
-        if method not in IHC_PRESETS:
-            raise ValueError(f"unknown IHC method {method!r}; choose from {sorted(IHC_PRESETS)}")
-        pc, pit = IHC_PRESETS[method]
+        pc, pit = IHC_PRESETS[check_preset("IHC method", method, IHC_PRESETS)]
         self.fs = float(fs)
         self.method = method
         self.cutoff = float(pc if cutoff is None else cutoff)
@@ -49,10 +49,7 @@ class IHCEnvelope(nn.Module):
         sos = torch.as_tensor(
             ihc_lowpass_sos(fs, self.cutoff, self.order, self.iterations), dtype=dtype
         )
-        if learnable:
-            self.sos = nn.Parameter(sos)
-        else:
-            self.register_buffer("sos", sos)
+        register_coefficients(self, learnable, sos=sos)
 
     def _one_lowpass(self, part: slice) -> Tensor:
         sections = self.sos[: self.sos.shape[0] // self.iterations, part]

@@ -11,6 +11,7 @@ from ..functional.ihc_paulick import (
     precharge_level,
     resting_potential,
 )
+from ._common import register_coefficients
 
 __all__ = ["IHCPaulick2024"]
 
@@ -52,12 +53,8 @@ class IHCPaulick2024(nn.Module):
             raise ValueError(f"unknown IHC constant(s) {sorted(unknown)}; valid: {sorted(vals)}")
         vals.update(constants or {})
         self._names = tuple(vals)
-        for k, v in vals.items():
-            t = torch.tensor(float(v), dtype=torch.float64)
-            if learnable:
-                setattr(self, k, nn.Parameter(t))
-            else:
-                self.register_buffer(k, t)
+        tensors = {k: torch.tensor(float(v), dtype=torch.float64) for k, v in vals.items()}
+        register_coefficients(self, learnable, **tensors)
         # validates fs (raises for too low rates); the plain-torch path: one sample needs no
         # compiled kernel (compiling it would cost seconds at construction)
         ihc_paulick(

@@ -17,6 +17,7 @@ from ..functional.king2019_modulation import (
     king2019_modulation_sos,
     king2019_modulation_tf,
 )
+from ._common import register_coefficients
 
 __all__ = ["King2019ModulationFilterbank", "FastKing2019ModulationFilterbank", "ButterworthFilter"]
 
@@ -82,12 +83,8 @@ class King2019ModulationFilterbank(nn.Module):
                 a = np.asarray(table[key]["a"], dtype=np.float64)
                 self.uses_amt_coefficients = True
             coef = {"b": b, "a": a}
-        for k, v in coef.items():
-            t = torch.as_tensor(v, dtype=torch.float64)
-            if learnable:
-                setattr(self, k, nn.Parameter(t))
-            else:
-                self.register_buffer(k, t)
+        tensors = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in coef.items()}
+        register_coefficients(self, learnable, **tensors)
 
     @property
     def num_filters(self) -> int:
@@ -134,10 +131,7 @@ class ButterworthFilter(nn.Module):
         sos = torch.as_tensor(
             butter(order, fc / (fs / 2), btype, output="sos"), dtype=torch.float64
         )
-        if learnable:
-            self.sos = nn.Parameter(sos)
-        else:
-            self.register_buffer("sos", sos)
+        register_coefficients(self, learnable, sos=sos)
 
     def forward(
         self, x: Tensor, state: Tensor | None = None, return_state: bool = False

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from .._validation import check_bool, check_choice, check_number, check_positive_finite
 from ..functional import loudness as L
+from ._common import register_coefficients
 
 if TYPE_CHECKING:
     from ..kernels.loudness_fused import KeepRule, TailConstants
@@ -285,10 +286,7 @@ class SpecificLoudness(nn.Module):
         for k in ("e_thrq", "g", "alpha", "a"):
             _buffer(self, k, getattr(prm, k), dtype)
         _buffer(self, "channel_mask", keep, dtype)
-        if learnable:
-            self.c = nn.Parameter(torch.tensor(c, dtype=dtype))
-        else:
-            _buffer(self, "c", c, dtype)
+        register_coefficients(self, learnable, persistent=False, c=torch.tensor(c, dtype=dtype))
         self._tail: TailConstants | None = None
 
     def params(self) -> L.SpecificLoudnessParams:
@@ -406,10 +404,7 @@ class BinauralInhibition(nn.Module):
         self.sigma = check_positive_finite("sigma", sigma)
         p = check_positive_finite("p", p)
         _buffer(self, "smooth", L.binaural_smoothing_matrix(n_channels, self.sigma, step), dtype)
-        if learnable:
-            self.p = nn.Parameter(torch.tensor(p, dtype=dtype))
-        else:
-            _buffer(self, "p", p, dtype)
+        register_coefficients(self, learnable, persistent=False, p=torch.tensor(p, dtype=dtype))
 
     def forward(self, s_left: Tensor, s_right: Tensor) -> tuple[Tensor, Tensor]:
         return L.binaural_inhibition(s_left, s_right, self.smooth, self.p)

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from .._validation import check_preset
 from ..functional.modulation import (
     MODULATION_PRESETS,
     design_modulation_bank,
     modulation_filterbank,
 )
+from ._common import ChannelBank, extends_parent_signature, register_coefficients
 
 
-class ModulationFilterbank(nn.Module):
+class ModulationFilterbank(ChannelBank):
     """Modulation filterbank of the CASP models (Dau et al. 1997b; Jepsen et al. 2008).
 
     See :mod:`lhotse_amt.functional.modulation` for the equations. Arguments left at
@@ -55,20 +59,11 @@ class ModulationFilterbank(nn.Module):
         max_bands: int | None = None,
     ) -> None:
         super().__init__()
-        if preset is not None and preset not in MODULATION_PRESETS:
-            raise ValueError(
-                f"unknown modulation preset {preset!r}; choose from {sorted(MODULATION_PRESETS)}"
-            )
+        if preset is not None:
+            check_preset("modulation preset", preset, MODULATION_PRESETS)
         base = dict(MODULATION_PRESETS[preset or "dau1997"])
-        given = dict(
-            Q=Q,
-            max_mfc=max_mfc,
-            lp_cutoff=lp_cutoff,
-            att_factor=att_factor,
-            use_upper_limit=use_upper_limit,
-            lp150=lp150,
-        )
-        base.update({k: v for k, v in given.items() if v is not None})
+        given = locals()  # the arguments named as the preset's settings
+        base.update({k: given[k] for k in base if given[k] is not None})
         self.fs = float(fs)
         self.preset = preset
         self.filter_type = filter_type
@@ -107,19 +102,10 @@ class ModulationFilterbank(nn.Module):
             self.prefilter_sos = None
         poles = torch.as_tensor(d.poles).to(cdtype)
         gains = torch.as_tensor(d.gains).to(cdtype)
-        if learnable:
-            self.poles = nn.Parameter(poles)
-            self.gains = nn.Parameter(gains)
-        else:
-            self.register_buffer("poles", poles)
-            self.register_buffer("gains", gains)
+        register_coefficients(self, learnable, poles=poles, gains=gains)
         self.register_buffer("direct", torch.as_tensor(d.direct).to(cdtype))
         self.register_buffer("use_abs", torch.as_tensor(d.use_abs))
         self.register_buffer("scale", torch.as_tensor(d.scale, dtype=dtype))
-
-    @property
-    def num_channels(self) -> int:
-        return int(self.fc.numel())
 
     @property
     def max_bands(self) -> int:
@@ -183,6 +169,7 @@ class ModulationFilterbank(nn.Module):
         )
 
 
+@extends_parent_signature
 class FastModulationFilterbank(ModulationFilterbank):
     """:class:`ModulationFilterbank` under the torch_amt name of its fast variant.
 
@@ -201,43 +188,12 @@ class FastModulationFilterbank(ModulationFilterbank):
     Shapes: as :class:`ModulationFilterbank`.
     """
 
-    def __init__(
-        self,
-        fs: float,
-        fc: Tensor | np.ndarray | list[float],
-        Q: float | None = None,
-        max_mfc: float | None = None,
-        lp_cutoff: float | None = None,
-        att_factor: float | None = None,
-        use_upper_limit: bool | None = None,
-        preset: str | None = None,
-        filter_type: str = "efilt",
-        learnable: bool = False,
-        dtype: torch.dtype = torch.float32,
-        *,
-        tolerance: int = 2,
-        lp150: bool | None = None,
-        max_bands: int | None = None,
-    ) -> None:
+    def __init__(self, *args: Any, tolerance: int = 2, **kwargs: Any) -> None:
         if isinstance(tolerance, bool) or not isinstance(tolerance, int) or tolerance < 0:
             raise ValueError(
                 f"tolerance must be a non-negative int (decimal places), got {tolerance!r}"
             )
-        super().__init__(
-            fs,
-            fc,
-            Q=Q,
-            max_mfc=max_mfc,
-            lp_cutoff=lp_cutoff,
-            att_factor=att_factor,
-            use_upper_limit=use_upper_limit,
-            preset=preset,
-            filter_type=filter_type,
-            learnable=learnable,
-            dtype=dtype,
-            lp150=lp150,
-            max_bands=max_bands,
-        )
+        super().__init__(*args, **kwargs)
         self.tolerance = tolerance
 
     @property
