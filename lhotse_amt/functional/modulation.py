@@ -27,7 +27,9 @@ It is an extension, not part of the AMT.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import torch
@@ -43,6 +45,7 @@ __all__ = [
     "ModulationBankDesign",
     "design_modulation_bank",
     "modulation_filterbank",
+    "modulation_filterbank_channels",
 ]
 
 _DAU = dict(Q=2.0, max_mfc=150.0, lp_cutoff=2.5, att_factor=1.0, use_upper_limit=False, lp150=False)
@@ -201,6 +204,163 @@ def unpad_bands(y: Tensor, counts: tuple[int, ...] | list[int]) -> list[Tensor]:
     return list(parts[::2])
 
 
+def _check_counts(counts: Sequence[int], C: int, M: int) -> tuple[int, ...]:
+    counts = tuple(int(n) for n in counts)
+    if len(counts) != C or any(not 1 <= n <= M for n in counts):
+        raise ValueError(
+            f"counts must give 1..{M} bands for each of the {C} channels, got {list(counts)}"
+        )
+    return counts
+
+
+@lru_cache(maxsize=32)
+def _bandpass_select(counts: tuple[int, ...], M1: int) -> Tensor:
+    """The band-pass bands the channels have, channel by channel, as rows ``c M1 + m`` of
+    the ``(C, M1)`` band-pass coefficients."""
+    return torch.tensor([c * M1 + m for c, n in enumerate(counts) for m in range(n - 1)])
+
+
+def _packed_bandpass(
+    u: Tensor,
+    pole: Tensor,
+    gain: Tensor,
+    use_abs: Tensor,
+    counts: tuple[int, ...],
+    zi: Tensor | None,
+    want_state: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """The band-pass bands of ``u (..., C, T)`` that the channels have (operator
+    ``lhotse_amt::resonator``, one row per band: no padded band is computed).
+
+    ``pole``, ``gain`` (scale folded in), ``use_abs``: ``(C, M1)``. Returns the bands
+    ``(..., J, T)`` channel by channel (``J = sum(counts) - C``) and, with ``want_state``,
+    the final states in the padded layout ``(..., C, M1, 1)`` complex (zero for padded
+    bands); ``zi`` is a state in that layout (``None``: at rest).
+    """
+    from .. import ops
+
+    lead, C, M1 = u.shape[:-2], u.shape[-2], pole.shape[-1]
+    sel = _bandpass_select(counts, M1).to(u.device)
+    if zi is not None:
+        zi = zi.expand(*lead, C, M1, 1).reshape(*lead, C * M1, 1)[..., sel, :]
+    bands, zf = ops.one_pole_cascade(
+        u.unsqueeze(-2), pole, gain, order=1, zi=zi, output="mixed", use_abs=use_abs, select=sel
+    )
+    if not want_state:
+        return bands, None
+    state = zf.new_zeros((*lead, C * M1, 1)).index_copy(-2, sel, zf)
+    return bands, state.reshape(*lead, C, M1, 1)
+
+
+def _channel_parts(lp: Tensor, bands: Tensor, counts: tuple[int, ...]) -> list[list[Tensor]]:
+    """Per channel, its low-pass band ``(..., 1, T)`` and band-pass bands
+    ``(..., n_c - 1, T)``: views from two splits (one backward node each)."""
+    lps = lp.split(1, dim=-2)
+    bps = bands.split([n - 1 for n in counts], dim=-2)
+    return [[a, b] if b.shape[-2] else [a] for a, b in zip(lps, bps)]
+
+
+def _assemble_padded(lp: Tensor, bands: Tensor, counts: tuple[int, ...], M: int) -> Tensor:
+    """The padded output ``(..., C, M, T)`` from the low-pass bands ``(..., C, T)`` and
+    the packed band-pass bands of :func:`_packed_bandpass` (one concatenation; the
+    padding is read from an expanded zero)."""
+    lead, T = lp.shape[:-2], lp.shape[-1]
+    zero = lp.new_zeros(()).expand(*lead, M, T)
+    parts = [
+        t
+        for part, n in zip(_channel_parts(lp, bands, counts), counts)
+        for t in (*part, *([zero[..., : M - n, :]] if n < M else []))
+    ]
+    return torch.cat(parts, dim=-2).reshape(*lead, len(counts), M, T)
+
+
+def _lowpass(
+    x: Tensor,
+    lp_sos: Tensor,
+    prefilter_sos: Tensor | None,
+    state: dict[str, Tensor],
+    backend: str,
+) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+    """The band-pass input ``u`` (after the optional pre-filter) and the low-pass band of
+    ``x (..., C, T)``, both in ``x``'s dtype, and their new states."""
+    new_state: dict[str, Tensor] = {}
+    u = x
+    if prefilter_sos is not None:
+        u, new_state["pre"] = sosfilt(
+            u, prefilter_sos, state.get("pre"), return_state=True, backend=backend,
+            out_dtype=x.dtype,
+        )  # fmt: skip
+    lp, new_state["lp"] = sosfilt(
+        u, lp_sos, state.get("lp"), return_state=True, backend=backend, out_dtype=x.dtype
+    )
+    # the sections may run in a wider dtype than x (float64 low-pass, see ModulationFilterbank)
+    return u.to(x.dtype), lp.to(x.dtype), new_state
+
+
+def _packed_bands(
+    u: Tensor,
+    lp: Tensor,
+    poles: Tensor,
+    gains: Tensor,
+    use_abs: Tensor,
+    scale: Tensor,
+    counts: tuple[int, ...],
+    state: dict[str, Tensor],
+    new_state: dict[str, Tensor] | None,
+) -> tuple[Tensor, Tensor]:
+    """The scaled low-pass bands ``(..., C, T)`` and the band-pass bands the channels have
+    ``(..., J, T)`` (one resonator operator call; the scale, >= 0, folds into the gain);
+    the band-pass state goes into ``new_state`` (``None``: not wanted)."""
+    gain = gains[:, 1:, 0] * scale[:, 1:].to(gains.dtype)
+    bands, bp_state = _packed_bandpass(
+        u, poles[:, 1:, 0], gain, use_abs[:, 1:], counts, state.get("bp"), new_state is not None
+    )
+    if new_state is not None:
+        new_state["bp"] = bp_state
+    return lp * scale[:, 0, None], bands
+
+
+def modulation_filterbank_channels(
+    x: Tensor,
+    lp_sos: Tensor,
+    poles: Tensor,
+    gains: Tensor,
+    direct: Tensor,
+    use_abs: Tensor,
+    scale: Tensor,
+    counts: Sequence[int],
+    prefilter_sos: Tensor | None = None,
+    *,
+    backend: str = "auto",
+) -> list[Tensor]:
+    """:func:`modulation_filterbank` of ``x (..., C, T)`` as one tensor per channel,
+    ``(..., counts[c], T)``, without the padded bands (``counts``: the design's
+    ``n_bands`` as ints).
+
+    Where the resonators run as the registered operator (under autograd, on CUDA, while
+    traced) only the bands the channels have are computed and differentiated, and each
+    channel's tensor is assembled in one copy (no padded tensor); elsewhere these are
+    views of the padded output.
+    """
+    check_signal(x, min_samples=0, min_dim=2, max_dim=None, allow_empty=True, name="x (..., C, T)")
+    if poles.dim() != 3 or poles.shape[0] != x.shape[-2]:
+        raise ValueError(
+            f"poles must have shape (C, M, P) with C = {x.shape[-2]} channels of x, got "
+            f"{tuple(poles.shape)}"
+        )
+    M, P = poles.shape[1], poles.shape[2]
+    counts = _check_counts(counts, poles.shape[0], M)
+    packed = P == 1 and M > 1 and backend not in ("torch", "reference")
+    if not packed or resolve_backend(backend, x, poles, gains) == "numba":
+        y = modulation_filterbank(
+            x, lp_sos, poles, gains, direct, use_abs, scale, prefilter_sos, backend=backend
+        )
+        return unpad_bands(y, counts)
+    u, lp, _ = _lowpass(x, lp_sos, prefilter_sos, {}, backend)
+    lp, bands = _packed_bands(u, lp, poles, gains, use_abs, scale, counts, {}, None)
+    return [torch.cat(part, dim=-2) for part in _channel_parts(lp, bands, counts)]
+
+
 def modulation_filterbank(
     x: Tensor,
     lp_sos: Tensor,
@@ -214,6 +374,7 @@ def modulation_filterbank(
     *,
     return_state: bool = False,
     backend: str = "auto",
+    counts: Sequence[int] | None = None,
 ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
     """Apply the modulation filterbank to ``x (..., C, T)``.
 
@@ -223,6 +384,10 @@ def modulation_filterbank(
         poles, gains: complex ``(C, M, P)``; ``direct`` complex ``(C, M)``;
         use_abs: bool ``(C, M)``; ``scale`` real ``(C, M)`` (0 for padded bands).
         state: dict of streaming states from a previous call.
+        counts: bands of each channel (``n_bands`` of the design, as ints). The operator
+            path then runs only these bands' resonators: the padded bands are not
+            computed nor differentiated (their output is zero either way, their
+            coefficients get zero gradients). ``None``: every band is computed.
 
     Returns:
         ``(..., C, M, T)`` with zeros in padded bands (and the new state).
@@ -233,6 +398,8 @@ def modulation_filterbank(
             f"poles must have shape (C, M, P) with C = {x.shape[-2]} channels of x, got "
             f"{tuple(poles.shape)}"
         )
+    if counts is not None:
+        counts = _check_counts(counts, poles.shape[0], poles.shape[1])
     state = state or {}
     P = poles.shape[-1]
     if resolve_backend(backend, x, poles, gains) == "numba" and P == 1 and poles.shape[-2] > 1:
@@ -252,22 +419,7 @@ def modulation_filterbank(
             state,
         )
         return (out, st) if return_state else out
-    new_state: dict[str, Tensor] = {}
-    u = x
-    if prefilter_sos is not None:
-        u, new_state["pre"] = sosfilt(
-            u,
-            prefilter_sos,
-            state.get("pre"),
-            return_state=True,
-            backend=backend,
-            out_dtype=x.dtype,
-        )
-    lp, new_state["lp"] = sosfilt(
-        u, lp_sos, state.get("lp"), return_state=True, backend=backend, out_dtype=x.dtype
-    )
-    # the sections may run in a wider dtype than x (float64 low-pass, see ModulationFilterbank)
-    u, lp = u.to(x.dtype), lp.to(x.dtype)
+    u, lp, new_state = _lowpass(x, lp_sos, prefilter_sos, state, backend)
     be = resolve_backend(backend, u, poles, gains)
     M, P = poles.shape[-2], poles.shape[-1]
     if M > 1:
@@ -279,6 +431,11 @@ def modulation_filterbank(
             bands, new_state["bp"] = cpu.efilt_bank(
                 u, bp_poles[..., 0], bp_gains[..., 0], bp_abs, bp_scale, state.get("bp")
             )
+        elif P == 1 and backend not in ("torch", "reference") and counts is not None:
+            st = new_state if return_state else None
+            lp, bands = _packed_bands(u, lp, poles, gains, use_abs, scale, counts, state, st)
+            out = _assemble_padded(lp, bands, counts, M)
+            return (out, new_state) if return_state else out
         elif P == 1 and backend not in ("torch", "reference"):
             from .. import ops
 

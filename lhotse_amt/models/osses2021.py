@@ -233,13 +233,15 @@ class Osses2021(StreamingModel):
             if fused is not None:
                 return [c[0] for c in fused] if squeeze else fused
             out = {"modulation": self._itemwise(xb, lambda v: self.run(v)["modulation"])}
+            chans = unpad_bands(out["modulation"], self._band_counts())
         else:
-            out = self.run(xb)
+            # the modulation filterbank channel by channel: only the bands each channel
+            # has are computed and differentiated (no padded tensor)
+            out = self.run(xb, upto="adaptation")
+            chans = self.modulation(out["adaptation"])
         if squeeze:
             out = {k: v[0] for k, v in out.items()}
-        mod = out["modulation"]
-        # one split: one backward node for all channels and their padding
-        chans = unpad_bands(mod, self._band_counts())
+            chans = [c[0] for c in chans]
         if self.return_stages:
             return chans, {k: out[k] for k in self.stage_names[:-1]}
         return chans

@@ -13,6 +13,7 @@ from ..functional.modulation import (
     MODULATION_PRESETS,
     design_modulation_bank,
     modulation_filterbank,
+    modulation_filterbank_channels,
 )
 from ._common import ChannelBank, extends_parent_signature, register_coefficients
 
@@ -91,6 +92,8 @@ class ModulationFilterbank(ChannelBank):
         self.register_buffer("fc", torch.as_tensor(fc_np, dtype=dtype))
         self.register_buffer("mfc_padded", torch.as_tensor(d.mfc, dtype=dtype))
         self.register_buffer("n_bands", torch.as_tensor(d.n_bands))
+        # the same counts as Python ints: constants of the design for traced calls
+        self.band_counts: tuple[int, ...] = tuple(int(n) for n in d.n_bands)
         # The low-pass sections have poles within ~1e-3 of z = 1: float32 coefficients would
         # move them (even out of the unit circle), so they always run in float64.
         self.register_buffer("lp_sos", torch.as_tensor(d.lp_sos, dtype=torch.float64))
@@ -140,10 +143,7 @@ class ModulationFilterbank(ChannelBank):
         self, x: Tensor, state: dict | None = None, return_state: bool = False
     ) -> Tensor | tuple[Tensor, dict]:
         """``(..., C, T)`` -> ``(..., C, M, T)`` (zeros where a channel has no band)."""
-        if x.shape[-2] != self.num_channels:
-            raise ValueError(
-                f"expected {self.num_channels} auditory channels on dim -2, got {x.shape[-2]}"
-            )
+        self._check_channels(x)
         return modulation_filterbank(
             x,
             self.lp_sos,
@@ -155,11 +155,30 @@ class ModulationFilterbank(ChannelBank):
             self.prefilter_sos,
             state,
             return_state=return_state,
+            counts=self.band_counts,
         )
 
     def forward(self, x: Tensor) -> list[Tensor]:
-        y = self.forward_padded(x)
-        return [y[..., c, : int(n), :] for c, n in enumerate(self.n_bands)]
+        """``(..., C, T)`` -> list of ``C`` tensors ``(..., M_c, T)``; under autograd only
+        the bands each channel has are computed (no padded tensor)."""
+        self._check_channels(x)
+        return modulation_filterbank_channels(
+            x,
+            self.lp_sos,
+            self.poles,
+            self.gains,
+            self.direct,
+            self.use_abs,
+            self.scale,
+            self.band_counts,
+            self.prefilter_sos,
+        )
+
+    def _check_channels(self, x: Tensor) -> None:
+        if x.shape[-2] != self.num_channels:
+            raise ValueError(
+                f"expected {self.num_channels} auditory channels on dim -2, got {x.shape[-2]}"
+            )
 
     def extra_repr(self) -> str:
         return (

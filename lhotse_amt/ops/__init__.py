@@ -87,6 +87,7 @@ def one_pole_cascade(
     zi: Tensor | None = None,
     output: str = "real",
     use_abs: Tensor | None = None,
+    select: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """``K = order`` identical complex one-pole sections and a gain (operator
     ``lhotse_amt::resonator``): ``u_k[n] = p u_k[n-1] + u_{k-1}[n]``, ``u_0 = x``.
@@ -95,21 +96,38 @@ def one_pole_cascade(
         x: real ``(..., T)``.
         pole: complex ``(...)``; gain: complex or real ``(...)``; both broadcast with
             ``x.shape[:-1]``.
-        zi: complex section states ``(..., K)`` (``u_k[-1]``), zeros if ``None``.
+        zi: complex section states ``(..., K)`` (``u_k[-1]``), zeros if ``None``; with
+            ``select``, ``(batch..., S, K)`` (the selected filters' states).
         output: ``"real"`` (``Re(g u_K)``), ``"real2"`` (``2 Re(g u_K)``), ``"abs"``
             (``|g u_K|``), ``"complex"`` (``g u_K``) or ``"mixed"``: ``|g u_K|`` where
             ``use_abs`` (bool, broadcast like ``pole``) is true, else ``Re(g u_K)``.
+        select: int64 ``(S,)``: run only these filters, indices into the flattened
+            coefficient shape (the broadcast shape of ``pole``, ``gain``, ``use_abs``);
+            the other filters are neither computed nor differentiated.
 
     Returns:
-        ``y (lead..., T)`` and the complex final states ``(lead..., K)``.
+        ``y (lead..., T)`` and the complex final states ``(lead..., K)``; with ``select``,
+        ``lead = (batch..., S)``, ``batch`` the leading dimensions before the coefficient
+        shape.
     """
     T = x.shape[-1]
     rdt = x.dtype
     cshape = torch.broadcast_shapes(pole.shape, gain.shape)
     if use_abs is not None:
         cshape = torch.broadcast_shapes(cshape, use_abs.shape)
-    shapes = [x.shape[:-1], cshape] + ([] if zi is None else [zi.shape[:-1]])
-    lead = torch.broadcast_shapes(*shapes)
+    full = torch.broadcast_shapes(x.shape[:-1], cshape)
+    if select is not None:
+        batch = full[: len(full) - len(cshape)]
+        if output == "complex" or full[len(batch) :] != cshape:
+            raise ValueError(
+                "select needs a real output and coefficients spanning the trailing "
+                f"dimensions of x (coefficient shape {tuple(cshape)}, broadcast shape "
+                f"{tuple(full)}, output {output!r})"
+            )
+        lead = torch.Size((*batch, select.shape[0]))
+    else:
+        shapes = [full] + ([] if zi is None else [zi.shape[:-1]])
+        lead = torch.broadcast_shapes(*shapes)
     sdt = torch.float64 if rdt == torch.float64 else torch.float32
     if zi is None:
         z = x.new_zeros((math.prod(lead), order, 2), dtype=sdt)
@@ -135,8 +153,13 @@ def one_pole_cascade(
             f"output must be 'real', 'real2', 'abs', 'complex' or 'mixed' (with use_abs), "
             f"got {output!r}"
         )
-    xrow = row_map(x.shape[:-1], lead, x.device)
-    crow = row_map(cshape, lead, x.device)
+    if select is None:
+        xrow = row_map(x.shape[:-1], lead, x.device)
+        crow = row_map(cshape, lead, x.device)
+    else:
+        n = math.prod(cshape)
+        xrow = row_map(x.shape[:-1], full, x.device).reshape(-1, n)[:, select].reshape(-1)
+        crow = row_map(cshape, full, x.device).reshape(-1, n)[:, select].reshape(-1)
     y, zf, _ = resonator_rows(_rows(x, T), xrow, p.contiguous(), g.contiguous(), mode, crow, z)
     zc = torch.view_as_complex(zf.reshape(*lead, order, 2).contiguous())
     return y.reshape(*lead, T), zc

@@ -33,15 +33,22 @@ def _reference_ops(monkeypatch):
     def sosfilt(x, sos, zi=None):
         return ref_sosfilt(x, sos, zi, return_state=True, backend="reference")
 
-    def one_pole_cascade(x, pole, gain, order, zi=None, output="real", use_abs=None):
+    def one_pole_cascade(x, pole, gain, order, zi=None, output="real", use_abs=None, select=None):
         if output == "real2":
             gain, output = 2 * gain, "real"
+        assert select is None or zi is None
         y, zf = ref_cascade(
             x, pole, gain, order, zi, output="complex", return_state=True, backend="reference"
         )
         if output == "mixed":
-            return torch.where(use_abs[..., None], y.abs(), y.real), zf
-        return {"real": y.real, "abs": y.abs(), "complex": y}[output], zf
+            y = torch.where(use_abs[..., None], y.abs(), y.real)
+        else:
+            y = {"real": y.real, "abs": y.abs(), "complex": y}[output]
+        if select is not None:  # the selected filters of the flattened coefficient shape
+            nd = pole.dim()
+            y = y.flatten(-nd - 1, -2)[..., select, :]
+            zf = zf.flatten(-nd - 1, -2)[..., select, :]
+        return y, zf
 
     def adaptation(x, a, m, minlvl, use_limit, state):
         return adaptation_loops_reference(x, a, m, minlvl, 10.0 if use_limit else 0.0, state)
