@@ -232,13 +232,13 @@ def _adapt_bwd(
         restore_fp_mode(fp)
 
 
-_KERNELS = RowKernels(numba_launch(_adapt_fwd), numba_launch(_adapt_bwd))
+KERNELS = RowKernels(numba_launch(_adapt_fwd), numba_launch(_adapt_bwd))
 #: ``(x (Rx, T), xrow (R,), a (Rc, J), m (Rc, J), crow (R,), minlvl, use_limit, zi (R, J),
 #: keep=True)`` -> raw loop output ``v (R, T)``, final states ``(R, J)`` and (``keep``) the
 #: checkpoints of the backward ``(R, checkpoint_blocks(T), J)`` float64 (else ``(R, 0, J)``)
 #: (:class:`~lhotse_amt.kernels.rows.RowKernels`)
-adaptation_forward = _KERNELS.forward
+adaptation_forward = KERNELS.forward
 #: ``(gy, gzf, x, xrow, a, m, crow, minlvl, use_limit, zi, ck, want_x, want_c)`` -> per-row
 #: ``gx (R, T)``, ``ga (R, J)``, ``gm (R, J)``, ``gzi (R, J)`` from the forward's
 #: checkpoints ``ck``
-adaptation_backward = _KERNELS.backward
+adaptation_backward = KERNELS.backward

@@ -154,8 +154,8 @@ class AgcKernels(KernelPair):
         return gx, ga, gr, gzi
 
 
-_KERNELS = AgcKernels(numba_launch(_agc_fwd), numba_launch(_agc_bwd))
+KERNELS = AgcKernels(numba_launch(_agc_fwd), numba_launch(_agc_bwd))
 #: :meth:`AgcKernels.forward` on the CPU
-agc_forward = _KERNELS.forward
+agc_forward = KERNELS.forward
 #: :meth:`AgcKernels.backward` on the CPU
-agc_backward = _KERNELS.backward
+agc_backward = KERNELS.backward

@@ -298,14 +298,14 @@ def _bwd(gy, gzf, x, xrow, c, crow, zi, ck, gx, gc, gzi, want_x, want_c):  # pra
         restore_fp_mode(fp)
 
 
-_KERNELS = RowKernels(numba_launch(_fwd), numba_launch(_bwd))
+KERNELS = RowKernels(numba_launch(_fwd), numba_launch(_bwd))
 #: ``(x (Rx, T), xrow (R,), c (Rc, 12) (:data:`IHC_STEP_KEYS`), crow (R,), zi (R,),
 #: keep=True)`` -> ``W (R, T)`` in ``x``'s dtype (volts re ``V_pre``), the final states
 #: ``(R,)`` in ``zi``'s dtype and (``keep``) the states at the start of every block
 #: ``(R, checkpoint_blocks(T))`` float64 (else ``(R, 0)``)
 #: (:class:`~lhotse_amt.kernels.rows.RowKernels`)
-ihc_forward = _KERNELS.forward
+ihc_forward = KERNELS.forward
 #: ``(gy, gzf, x, xrow, c, crow, zi, ck, want_x, want_c)`` -> per-row gradients
 #: ``gx (R, T)`` (``(R, 0)`` unless ``want_x``; ``x``'s dtype), ``gc (R, 12)`` and
 #: ``gzi (R,)`` (float64) from the forward's checkpoints ``ck``
-ihc_backward = _KERNELS.backward
+ihc_backward = KERNELS.backward

@@ -237,14 +237,14 @@ def _res_bwd(
         restore_fp_mode(fp)
 
 
-_KERNELS = RowKernels(numba_launch(_res_fwd), numba_launch(_res_bwd))
+KERNELS = RowKernels(numba_launch(_res_fwd), numba_launch(_res_bwd))
 #: ``(x (Rx, T), xrow (R,), pole (Rc, 2), gain (Rc, 2), mode (Rc,), crow (R,),
 #: zi (R, K, 2))``
 #: (pole and gain as (real, imaginary); mode 0: ``Re``, 1: ``|.|``) -> ``y (R, T)``,
 #: ``zf (R, K, 2)`` and the backward's checkpoints ``(R, checkpoint_blocks(T), K, 2)``
 #: float64 (:class:`~lhotse_amt.kernels.rows.RowKernels`)
-resonator_forward = _KERNELS.forward
+resonator_forward = KERNELS.forward
 #: ``(gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, want_x, want_c)`` -> per-row
 #: ``gx (R, T)``, ``gpole (R, 2)``, ``ggain (R, 2)``, ``gzi (R, K, 2)`` (complex gradients
 #: as PyTorch defines them: ``dL/dRe + i dL/dIm``)
-resonator_backward = _KERNELS.backward
+resonator_backward = KERNELS.backward

@@ -187,12 +187,12 @@ def _sos_bwd(
         restore_fp_mode(fp)
 
 
-_KERNELS = RowKernels(numba_launch(_sos_fwd), numba_launch(_sos_bwd))
+KERNELS = RowKernels(numba_launch(_sos_fwd), numba_launch(_sos_bwd))
 #: ``(x (Rx, T), xrow (R,), sos (Rc, S, 6), crow (R,), zi (R, S, 2))`` -> ``y (R, T)`` in
 #: ``x``'s dtype, ``zf (R, S, 2)`` in ``zi``'s and the backward's checkpoints
 #: ``(R, checkpoint_blocks(T), S, 2)`` float64 (:class:`~lhotse_amt.kernels.rows.RowKernels`)
-sos_forward = _KERNELS.forward
+sos_forward = KERNELS.forward
 #: ``(gy, gzf, x, xrow, sos, crow, zi, ck, want_x, want_c)`` -> per-row gradients
 #: ``gx (R, T)``, ``gsos (R, S, 6)``, ``gzi (R, S, 2)`` (float64 for the coefficient and
 #: state gradients, ``x``'s dtype for ``gx``)
-sos_backward = _KERNELS.backward
+sos_backward = KERNELS.backward

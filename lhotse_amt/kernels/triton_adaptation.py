@@ -193,9 +193,9 @@ def _bwd(
     )  # fmt: skip
 
 
-_KERNELS = RowKernels(_fwd, _bwd, tc.require)
+KERNELS = RowKernels(_fwd, _bwd, tc.require)
 #: Triton version of :data:`lhotse_amt.kernels.adaptation_grad.adaptation_forward` (same
 #: arguments and results; option ``block``: rows per program)
-adaptation_forward = _KERNELS.forward
+adaptation_forward = KERNELS.forward
 #: Triton version of :data:`lhotse_amt.kernels.adaptation_grad.adaptation_backward`
-adaptation_backward = _KERNELS.backward
+adaptation_backward = KERNELS.backward

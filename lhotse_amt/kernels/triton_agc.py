@@ -101,9 +101,9 @@ def _bwd(gy, x, y, attack, release, zi, gx, ga, gr, gzi, want_x, block=BLOCK_COL
     )  # fmt: skip
 
 
-_KERNELS = AgcKernels(_fwd, _bwd, require)
+KERNELS = AgcKernels(_fwd, _bwd, require)
 #: Triton version of :data:`lhotse_amt.kernels.agc_grad.agc_forward` (same arguments and
 #: results; option ``block``: columns per program)
-agc_forward = _KERNELS.forward
+agc_forward = KERNELS.forward
 #: Triton version of :data:`lhotse_amt.kernels.agc_grad.agc_backward`
-agc_backward = _KERNELS.backward
+agc_backward = KERNELS.backward

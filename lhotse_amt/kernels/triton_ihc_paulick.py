@@ -209,9 +209,9 @@ def _bwd(
     )  # fmt: skip
 
 
-_KERNELS = RowKernels(_fwd, _bwd, tc.require)
+KERNELS = RowKernels(_fwd, _bwd, tc.require)
 #: Triton version of :data:`lhotse_amt.kernels.ihc_paulick_grad.ihc_forward` (same
 #: arguments and results; option ``block``: rows per program)
-ihc_paulick_forward = _KERNELS.forward
+ihc_paulick_forward = KERNELS.forward
 #: Triton version of :data:`lhotse_amt.kernels.ihc_paulick_grad.ihc_backward`
-ihc_paulick_backward = _KERNELS.backward
+ihc_paulick_backward = KERNELS.backward

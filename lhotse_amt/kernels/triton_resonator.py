@@ -206,9 +206,9 @@ def _bwd(
     )  # fmt: skip
 
 
-_KERNELS = RowKernels(_fwd, _bwd, tc.require)
+KERNELS = RowKernels(_fwd, _bwd, tc.require)
 #: Triton version of :data:`lhotse_amt.kernels.resonator_grad.resonator_forward` (same
 #: arguments and results; option ``block``: rows per program)
-resonator_forward = _KERNELS.forward
+resonator_forward = KERNELS.forward
 #: Triton version of :data:`lhotse_amt.kernels.resonator_grad.resonator_backward`
-resonator_backward = _KERNELS.backward
+resonator_backward = KERNELS.backward

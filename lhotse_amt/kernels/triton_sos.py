@@ -160,9 +160,9 @@ def _bwd(
     )  # fmt: skip
 
 
-_KERNELS = RowKernels(_fwd, _bwd, tc.require)
+KERNELS = RowKernels(_fwd, _bwd, tc.require)
 #: Triton version of :data:`lhotse_amt.kernels.sos_grad.sos_forward` (same arguments and
 #: results; option ``block``: rows per program)
-sos_forward = _KERNELS.forward
+sos_forward = KERNELS.forward
 #: Triton version of :data:`lhotse_amt.kernels.sos_grad.sos_backward`
-sos_backward = _KERNELS.backward
+sos_backward = KERNELS.backward

@@ -5,11 +5,12 @@ The membrane recursion of :func:`lhotse_amt.functional.ihc_paulick.ihc_paulick_r
 :mod:`lhotse_amt.ops.recursions`:
 
 * a CPU kernel (numba, :mod:`lhotse_amt.kernels.ihc_paulick_grad`),
-* a CUDA kernel (Triton, ``lhotse_amt.kernels.triton_autodiff.ihc_paulick_forward``),
+* a CUDA kernel (Triton, :mod:`lhotse_amt.kernels.triton_ihc_paulick`),
 * a fake implementation (``torch.compile`` / ``torch.export`` trace through it),
 * an autograd formula whose backward is the operator ``lhotse_amt::ihc_paulick_backward``:
   the adjoint recursion run backwards in time over block-wise recomputed states, with
-  gradients of the input, of the 12 step constants and of the initial state.
+  gradients of the input, of the 12 step constants and of the initial state
+  (registrations: :func:`lhotse_amt.ops.rowop.row_operator`).
 
 Rows: output row ``r`` reads input row ``xrow[r]`` and constant row ``crow[r]`` and starts
 from state ``zi[r]``; gradients of rows that share an input or constant row are summed.
@@ -19,21 +20,23 @@ from state ``zi[r]``; gradients of rows that share an input or constant row are 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..kernels import ihc_paulick_grad as _cpu
+from ..kernels import ihc_paulick_grad
 from ..kernels.ihc_paulick_grad import IHC_STEP_KEYS
-from .recursions import _gpu, _incoming, _sum_rows
+from .rowop import DeviceKernels, row_operator
 
 __all__ = ["IHC_STEP_KEYS", "ihc_paulick_rows", "ihc_paulick_recursion"]
 
 _LIB = "lhotse_amt"
 
 
-@torch.library.custom_op(f"{_LIB}::ihc_paulick", mutates_args=(), device_types="cpu")
+_IHC = DeviceKernels(ihc_paulick_grad.KERNELS, "triton_ihc_paulick")
+
+
+@row_operator("ihc_paulick", _IHC, grads=("consts",))
 def ihc_paulick_rows(
     x: Tensor, xrow: Tensor, consts: Tensor, crow: Tensor, zi: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -45,91 +48,7 @@ def ihc_paulick_rows(
     ``zi``) and the states at the start of every block of the backward's recomputation
     ``(R, ceil(T / 512))`` float64 (no gradient).
     """
-    return _cpu.ihc_forward(x, xrow, consts, crow, zi)
-
-
-@ihc_paulick_rows.register_kernel("cuda")
-def _(x: Tensor, xrow: Tensor, consts: Tensor, crow: Tensor, zi: Tensor):
-    return _gpu().ihc_paulick_forward(x, xrow, consts, crow, zi)
-
-
-@ihc_paulick_rows.register_fake
-def _(x: Tensor, xrow: Tensor, consts: Tensor, crow: Tensor, zi: Tensor):
-    R, T = xrow.shape[0], x.shape[1]
-    ck = zi.new_empty((R, _cpu.checkpoint_blocks(T)), dtype=torch.float64)
-    return x.new_empty((R, T)), torch.empty_like(zi), ck
-
-
-@torch.library.custom_op(f"{_LIB}::ihc_paulick_backward", mutates_args=(), device_types="cpu")
-def _ihc_paulick_backward(
-    gy: Tensor,
-    gzf: Tensor,
-    x: Tensor,
-    xrow: Tensor,
-    consts: Tensor,
-    crow: Tensor,
-    zi: Tensor,
-    ck: Tensor,
-    want_x: bool,
-    want_c: bool,
-) -> tuple[Tensor, Tensor, Tensor]:
-    return _cpu.ihc_backward(gy, gzf, x, xrow, consts, crow, zi, ck, want_x, want_c)
-
-
-@_ihc_paulick_backward.register_kernel("cuda")
-def _(
-    gy: Tensor,
-    gzf: Tensor,
-    x: Tensor,
-    xrow: Tensor,
-    consts: Tensor,
-    crow: Tensor,
-    zi: Tensor,
-    ck: Tensor,
-    want_x: bool,
-    want_c: bool,
-):
-    return _gpu().ihc_paulick_backward(gy, gzf, x, xrow, consts, crow, zi, ck, want_x, want_c)
-
-
-@_ihc_paulick_backward.register_fake
-def _(
-    gy: Tensor,
-    gzf: Tensor,
-    x: Tensor,
-    xrow: Tensor,
-    consts: Tensor,
-    crow: Tensor,
-    zi: Tensor,
-    ck: Tensor,
-    want_x: bool,
-    want_c: bool,
-):
-    R, T = gy.shape
-    f64 = torch.float64
-    return (
-        x.new_empty((R, T) if want_x else (R, 0)),
-        consts.new_empty((R, consts.shape[1]), dtype=f64),
-        zi.new_empty((R,), dtype=f64),
-    )
-
-
-def _setup(ctx: Any, inputs: tuple, output: tuple) -> None:
-    ctx.mark_non_differentiable(output[2])
-    ctx.save_for_backward(*inputs, output[2])
-
-
-def _backward(ctx: Any, gy: Tensor, gzf: Tensor, _gck: Tensor):
-    x, xrow, consts, crow, zi, ck = ctx.saved_tensors
-    want_x, want_c = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
-    gy, gzf = _incoming(gy, gzf, x, xrow, zi)
-    gxr, gcr, gzi = _ihc_paulick_backward(gy, gzf, x, xrow, consts, crow, zi, ck, want_x, want_c)
-    gx = _sum_rows(gxr, xrow, x.shape[0], x.dtype) if want_x else None
-    gc = _sum_rows(gcr, crow, consts.shape[0], consts.dtype) if want_c else None
-    return gx, None, gc, None, gzi.to(zi.dtype)
-
-
-ihc_paulick_rows.register_autograd(_backward, setup_context=_setup)
+    return _IHC.on(x).forward(x, xrow, consts, crow, zi)
 
 
 def _row_map(shape: torch.Size, lead: torch.Size, device: torch.device) -> Tensor:

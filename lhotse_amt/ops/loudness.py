@@ -3,8 +3,7 @@
 Like the recursion operators of :mod:`lhotse_amt.ops.recursions` it has
 
 * a CPU kernel (numba, :mod:`lhotse_amt.kernels.agc_grad`),
-* a CUDA kernel (Triton, ``lhotse_amt.kernels.triton_autodiff.agc_forward`` /
-  ``agc_backward``),
+* a CUDA kernel (Triton, :mod:`lhotse_amt.kernels.triton_agc`),
 * a fake implementation (``torch.compile`` and ``torch.export`` trace through it without a
   graph break),
 * an autograd formula whose backward is the operator ``lhotse_amt::agc_backward``: the
@@ -23,20 +22,18 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..kernels import agc_grad as _cpu
+from ..kernels import agc_grad
+from .rowop import DeviceKernels
 
 __all__ = ["agc_rows", "agc"]
 
 _LIB = "lhotse_amt"
 
 
-def _gpu():
-    from ..kernels import triton_autodiff
-
-    return triton_autodiff
+_AGC = DeviceKernels(agc_grad.KERNELS, "triton_agc")
 
 
-@torch.library.custom_op(f"{_LIB}::agc", mutates_args=(), device_types="cpu")
+@torch.library.custom_op(f"{_LIB}::agc", mutates_args=(), device_types=("cpu", "cuda"))
 def agc_rows(x: Tensor, attack: Tensor, release: Tensor, zi: Tensor) -> Tensor:
     """Attack/release AGC along axis 1 of ``x (B, T, C)``.
 
@@ -44,12 +41,7 @@ def agc_rows(x: Tensor, attack: Tensor, release: Tensor, zi: Tensor) -> Tensor:
     the state before the first frame; all in the dtype of ``x`` (float32 or float64, the
     dtype the recursion runs in). Returns ``y (B, T, C)``, the state after every frame.
     """
-    return _cpu.agc_forward(x, attack, release, zi)
-
-
-@agc_rows.register_kernel("cuda")
-def _(x: Tensor, attack: Tensor, release: Tensor, zi: Tensor) -> Tensor:
-    return _gpu().agc_forward(x, attack, release, zi)
+    return _AGC.on(x).forward(x, attack, release, zi)
 
 
 @agc_rows.register_fake
@@ -57,7 +49,7 @@ def _(x: Tensor, attack: Tensor, release: Tensor, zi: Tensor) -> Tensor:
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op(f"{_LIB}::agc_backward", mutates_args=(), device_types="cpu")
+@torch.library.custom_op(f"{_LIB}::agc_backward", mutates_args=(), device_types=("cpu", "cuda"))
 def _agc_backward(
     gy: Tensor,
     x: Tensor,
@@ -67,14 +59,7 @@ def _agc_backward(
     zi: Tensor,
     want_x: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    return _cpu.agc_backward(gy, x, y, attack, release, zi, want_x)
-
-
-@_agc_backward.register_kernel("cuda")
-def _(
-    gy: Tensor, x: Tensor, y: Tensor, attack: Tensor, release: Tensor, zi: Tensor, want_x: bool
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    return _gpu().agc_backward(gy, x, y, attack, release, zi, want_x)
+    return _AGC.on(x).backward(gy, x, y, attack, release, zi, want_x)
 
 
 @_agc_backward.register_fake
