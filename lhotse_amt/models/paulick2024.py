@@ -22,10 +22,11 @@ cell -> adaptation loops -> decimation to ``fs / 4`` -> modulation filterbank.
   at least 80 dB attenuation from ``fs / (2 R)`` up for ``fs`` = 44.1 kHz; group delay
   ``12 R`` input samples) evaluated only at the kept samples ``n = R m``; causal and
   streaming, so chunked processing equals one-shot processing. For CPU inference the
-  DRNL, IHC, adaptation loops and decimator run as one compiled pass
-  (:func:`lhotse_amt.kernels.paulick_frontend.frontend`) that stores only the decimated signal;
-  :meth:`stream` then returns the stages it materialises (``outerear``, ``resampled``,
-  ``modulation``), with states interchangeable with the stage-wise path's.
+  DRNL, IHC, adaptation loops and decimator run as one compiled pass (the operator
+  ``lhotse_amt::paulick_frontend``, :func:`lhotse_amt.ops.paulick.frontend`) that stores
+  only the decimated signal; :meth:`stream` then returns the stages it materialises
+  (``outerear``, ``resampled``, ``modulation``), with states interchangeable with the
+  stage-wise path's.
 * **Modulation filterbank** (preset ``"paulick2024"``: 150-Hz pre-filter, 2.5-Hz low-pass,
   5 and 10 Hz, then Q = 2 bands up to ``min(fc / 4, 150 Hz)``, ``1/sqrt(2)`` above 10 Hz)
   at ``fs / R``.
@@ -105,11 +106,12 @@ def casp_ear_fir(fs: float, outer: bool = True, middle: bool = True) -> np.ndarr
 
 def _fir(buf: Tensor, weight: Tensor, start: int, stride: int, n_out: int) -> Tensor:
     """``y[r, i] = sum_k weight[k] buf[r, start + i stride + k]`` (``weight (1, 1, K)`` holds
-    flipped taps). CPU inference: the numba kernel (float64 accumulation, fixed order, so
-    chunked and one-shot processing agree bit for bit); otherwise ``conv1d`` (autograd), or
-    for the decimation (``stride > 1``) the operator ``lhotse_amt::strided_fir``."""
+    flipped taps). CPU inference: the operator ``lhotse_amt::paulick_fir`` (a numba kernel:
+    float64 accumulation, fixed order, so chunked and one-shot processing agree bit for
+    bit); otherwise ``conv1d`` (autograd), or for the decimation (``stride > 1``) the
+    operator ``lhotse_amt::strided_fir``."""
     if resolve_backend("auto", buf, weight) == "numba":
-        from ..kernels import paulick
+        from ..ops import paulick
 
         return paulick.fir(buf, weight.reshape(-1), start, stride, n_out)
     if n_out == 0:
@@ -359,7 +361,7 @@ class Paulick2024(DecisionMixin, StreamingModel):
             return out, new
         fused = last >= names.index("adaptation") and not self.return_stages and self._fused_ok(y)
         if fused:
-            from ..kernels import paulick_frontend
+            from ..ops import paulick
 
             B, C = y.shape[0], self.num_channels
             a, m, s0, minlvl, c0 = self._adapt_constants(y.dtype)
@@ -373,7 +375,7 @@ class Paulick2024(DecisionMixin, StreamingModel):
             # with the decimated stages requested the decimator runs inside the kernel too
             # (no sample-rate output is stored; the "adaptation" stage is then not returned)
             dec = last >= names.index("resampled")
-            ya, new["drnl"], new["ihc"], new["adaptation"], dst = paulick_frontend.frontend(
+            ya, new["drnl"], new["ihc"], new["adaptation"], dst = paulick.frontend(
                 y,
                 (d.lin_gain, torch.cat([d.lin_gt, d.lin_lp], -2), d.nl_gt,
                  torch.cat([d.nl_gt, d.nl_lp], -2), d.a, d.b, float(d.c)),
