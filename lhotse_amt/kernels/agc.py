@@ -25,12 +25,12 @@ import torch
 from numba import njit
 
 from .. import _alloc
-from .fastmath import denormals_off, prefer_wide_vectors, restore_fp_mode
+from .fastmath import NO_CFUNC, denormals_off, prefer_wide_vectors, restore_fp_mode
 
 __all__ = ["agc_numba", "agc_numba_cols", "agc_numba_state", "agc_triton", "HAS_TRITON"]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, **NO_CFUNC)
 def _agc_kernel(x, attack, release, zero, y):  # pragma: no cover - compiled
     fp = denormals_off()
     n_rows, n_t = x.shape
@@ -44,7 +44,7 @@ def _agc_kernel(x, attack, release, zero, y):  # pragma: no cover - compiled
     restore_fp_mode(fp)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, **NO_CFUNC)
 def _agc_kernel_state(x, attack, release, state, y):  # pragma: no cover - compiled
     fp = denormals_off()
     n_rows, n_t = x.shape
@@ -59,7 +59,7 @@ def _agc_kernel_state(x, attack, release, state, y):  # pragma: no cover - compi
     restore_fp_mode(fp)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, **NO_CFUNC)
 def _agc_kernel_cols(x, attack, release, zero, y):  # pragma: no cover - compiled
     # x (N, T, C): the recursion runs along T for every column c; the channel loop is inner
     # (contiguous, vectorised, branch-free select), the arithmetic per element is that of

@@ -34,6 +34,7 @@ from numba.extending import intrinsic
 
 __all__ = [
     "KERNEL_OPTS",
+    "NO_CFUNC",
     "exp_nonpos",
     "exp_nonpos_inline",
     "exp32_nonpos",
@@ -50,10 +51,19 @@ __all__ = [
     "restore_fp_mode",
 ]
 
+#: numba options that every compiled kernel of this package takes: no C-callable (``cfunc``)
+#: wrapper, which nothing here calls and whose code costs compile time at first use
+NO_CFUNC = dict(no_cfunc_wrapper=True)
+
 #: numba options of every inline function here and of the kernels using them: FMA
 #: contraction only (no reassociation, no approximate functions)
 KERNEL_OPTS = dict(
-    nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"contract"}
+    nogil=True,
+    cache=True,
+    error_model="numpy",
+    boundscheck=False,
+    fastmath={"contract"},
+    **NO_CFUNC,
 )
 _F = KERNEL_OPTS
 

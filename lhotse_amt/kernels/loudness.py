@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from numba import njit
 
-from .fastmath import f32_bits, f32_from_bits, f64_from_bits, prefer_wide_vectors
+from .fastmath import NO_CFUNC, f32_bits, f32_from_bits, f64_from_bits, prefer_wide_vectors
 
 __all__ = ["lower_skirt", "lower_skirt_numpy"]
 
@@ -109,7 +109,7 @@ def _log2_pos32(x):  # pragma: no cover - compiled
     return ex + t * q
 
 
-@njit(cache=True, fastmath=_FM)
+@njit(cache=True, fastmath=_FM, **NO_CFUNC)
 def _lower64(inten, s, sa, sb, p, q, f, kc, out):  # pragma: no cover - compiled
     # sb != 0: s holds levels per ERB X (intensity), the slope factor is sa + sb log10(X)
     prefer_wide_vectors()
@@ -178,7 +178,7 @@ def _skirt_term32(y, i, il):  # pragma: no cover - compiled
     return e * (i - il * y)
 
 
-@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
+@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
 def _levels_to_slopes(x, sa, sb):  # pragma: no cover - compiled
     # x <- sa + sb log2(max(x, 1e-30)) (float32 array, contiguous: vectorised)
     prefer_wide_vectors()
@@ -186,7 +186,7 @@ def _levels_to_slopes(x, sa, sb):  # pragma: no cover - compiled
         x[k] = np.float32(sa + sb * _log2_pos32(max(x[k], _TINY_32)))
 
 
-@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
+@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
 def _dense_row32(inten, s, fr, kmax, sa, sb, ig, il, sg):  # pragma: no cover - compiled
     # every component below the top channel, zero intensities included (their terms are 0;
     # slope 1 keeps them finite and out of the clamp decision); branch-free, vectorised
@@ -207,7 +207,7 @@ def _dense_row32(inten, s, fr, kmax, sa, sb, ig, il, sg):  # pragma: no cover - 
     return smin, smax
 
 
-@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
+@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
 def _compact_row32(inten, s, fr, kmax, sa, sb, f, ig, il, sg, fg, kg):  # pragma: no cover
     # kept components only (sparse spectra: tones), compacted to [_PAD, _PAD + n); levels are
     # turned into slope factors afterwards, in one vectorised pass over the kept ones
@@ -231,7 +231,7 @@ def _compact_row32(inten, s, fr, kmax, sa, sb, f, ig, il, sg, fg, kg):  # pragma
     return n, smin, smax
 
 
-@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
+@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
 def _compact_pair32(inten, s, fr, kmax, sa, sb, f, ig, il, sg, ig2, il2, sg2, fg, kg):  # noqa: E501  # pragma: no cover
     # the components kept in frame fr or fr + 1 (a tone's are nearly the same in both),
     # compacted to [_PAD, _PAD + n) for both frames; a component absent from one frame has
@@ -281,7 +281,7 @@ def _channel_ends(dense, kc, kmax, kg, n, jc):  # pragma: no cover - compiled
         jc[c] = j
 
 
-@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
+@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
 def _lower32(inten, s, sa, sb, p2, q2, f, kc, out):  # pragma: no cover - compiled
     # p2, q2: p and q times log2(e), so y = s (q2 f - p2) = v log2(e). Components are laid
     # out from index PAD of ig/il/sg/fg: all of them below the top channel when nearly all are
@@ -321,7 +321,8 @@ def _lower32(inten, s, sa, sb, p2, q2, f, kc, out):  # pragma: no cover - compil
             n += inten[fr, k] > _ZERO_32
         cnt[fr] = n
         dense[fr] = 8 * n >= 7 * kmax
-    fr = 0
+    fr = n_frames - n_frames  # an int64 from the start: a literal 0 would compile the
+    # row helpers a second time, for the literal type numba infers before unifying
     while fr < n_frames:
         pair = False
         if fr + 1 < n_frames:

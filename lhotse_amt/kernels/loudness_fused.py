@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from .fastmath import prefer_wide_vectors
+from .fastmath import NO_CFUNC, prefer_wide_vectors
 from .loudness import _LN2, _exp64, _log2_pos32
 from .matmul import matmul
 
@@ -67,7 +67,7 @@ __all__ = [
 _FM = {"reassoc", "contract"}
 
 
-@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
+@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
 def _tail(
     upper, lower, anyk, g, a, a_alpha, alpha, thr, mask, k, db, empty_db, e_out, n_out
 ):  # pragma: no cover - compiled
@@ -100,7 +100,7 @@ def _tail(
 _DB_LOG2 = 10.0 * math.log10(2.0)  # 10 log10(x) = _DB_LOG2 * log2(x)
 
 
-@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
+@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
 def _tail32(
     upper, lower, anyk, g, a, a_alpha, alpha, thr, mask, k, db, empty_db, e_out, n_out
 ):  # pragma: no cover - compiled
@@ -204,7 +204,7 @@ def specific_loudness_tail(
     )
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", **NO_CFUNC)
 def _kept(rows, bits, prune, floor, rel, ik, anyk, col_kept, col_pruned):  # pragma: no cover
     # branch-free inner loops (vectorised): kept = v > thr; pruned = v != 0 and not kept.
     # The row maximum is taken over the bit patterns (``bits``: ``rows`` viewed as integers of
@@ -285,7 +285,7 @@ def kept_components(
     return ik, anyk, col_kept, col_pruned
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, **NO_CFUNC)
 def _subtract_pruned(hi, rows, ik, h0, w, acc, add):  # pragma: no cover - compiled
     # pruned components are where rows != ik (kept: equal; absent: both 0); blocks of 64
     # components are tested first with a vectorised count, so a row with no pruned
@@ -342,7 +342,7 @@ def subtract_pruned(
     )
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, **NO_CFUNC)
 def _power_into(y, nb, lo, out):  # pragma: no cover - compiled
     # unsigned offsets: numba then emits no negative-index wraparound, so the loop vectorises
     unb = np.uint64(nb)
@@ -361,7 +361,7 @@ def power_into(y: np.ndarray, lo: int, out: np.ndarray) -> None:
     _power_into(y, y.shape[1] // 2, lo, out)
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, **NO_CFUNC)
 def _autocorr(zp, start, hop, n_frames, window, out):  # pragma: no cover - compiled
     n_rows = zp.shape[0]
     length = window.shape[0]
@@ -425,7 +425,7 @@ def _sech_pow(x, p):  # pragma: no cover - compiled
     return _exp64(max(p * lsx, -700.0))
 
 
-@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy")
+@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
 def _binaural(s_l, s_r, h_l, h_r, p, o_l, o_r):  # pragma: no cover - compiled
     # S / I with I = 2 / (1 + sech^p) is S (1 + sech^p) / 2; both ratios from one division
     # flat (contiguous) arrays: one vector loop over all frames and channels
@@ -464,7 +464,7 @@ def binaural_inhibition_apply(
     return o_l, o_r
 
 
-@njit(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
+@njit(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy", **NO_CFUNC)
 def _sliding_power(h, n_frames, nbl, rot, wts, offs, nb, lo, refresh, out):  # pragma: no cover
     # h: (R, n_frames + nbl - 1, 2 nw) block DFTs [re | im] of hop-sample blocks;
     # rot: (4, nw) = cos/sin of w hop (frame advance) and of -w L (entering block).

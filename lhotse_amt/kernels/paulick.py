@@ -40,10 +40,12 @@ from .. import _alloc
 from . import triton_interpreted
 from .cpu import _threads, overshoot_limit32_
 from .fastmath import (
+    NO_CFUNC,
     denormals_off,
     f64_from_bits,
     restore_fp_mode,
 )
+from .jobs import run_jobs
 
 __all__ = [
     "drnl",
@@ -56,7 +58,7 @@ __all__ = [
 ]
 
 
-_NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
+_NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy", **NO_CFUNC)
 # the fused front end may contract a * b + c into fused multiply-adds (one rounding instead
 # of two: results change in the last bit, well inside the tests' tolerances)
 _NOPY_FMA = dict(_NOPY, fastmath={"contract"})
@@ -309,16 +311,17 @@ def _ihc_kernel(x, p, w, y):  # pragma: no cover - compiled
         restore_fp_mode(fp)
 
 
-@njit(parallel=True, **_NOPY)
-def _fir_kernel(buf, w, start, stride, y):  # pragma: no cover - compiled
-    # y[r, i] = sum_k w[k] buf[r, start + i stride + k] in polyphase form: for each phase
-    # p the contiguous sub-signal buf[start + p :: stride] meets the taps w[p :: stride].
+@njit(**_NOPY)
+def _fir_kernel(r0, r1, buf, w, start, stride, y):  # pragma: no cover - compiled
+    # rows r0 .. r1: y[r, i] = sum_k w[k] buf[r, start + i stride + k] in polyphase form:
+    # for each phase p the contiguous sub-signal buf[start + p :: stride] meets the taps
+    # w[p :: stride].
     # float64 accumulation in a fixed order (phase by phase, taps in order) for every
     # output, whatever the chunking. Blocks of BL outputs stay in L1 while the taps sweep
     # over them (the inner loop runs over outputs: long, vectorised)
     N, M = y.shape
     BL = 512
-    for r in prange(N):
+    for r in range(r0, r1):
         fp = denormals_off()
         out = np.zeros(M)
         acc = np.zeros(BL)
@@ -446,11 +449,10 @@ def fir(buf: torch.Tensor, w: torch.Tensor, start: int, stride: int, n_out: int)
     ``buf (N, L)`` with taps ``w (K,)``; float64 accumulation, output in ``buf``'s dtype.
     Every output is computed independently with a fixed summation order, so the result
     does not depend on how a signal is cut into chunks."""
-    _threads()
     b = _np(buf)
     y = _alloc.empty((b.shape[0], n_out), b.dtype)
     if n_out > 0:
-        _fir_kernel(b, _np(w, np.float64), int(start), int(stride), y)
+        run_jobs(_fir_kernel, b.shape[0], (b, _np(w, np.float64), int(start), int(stride), y))
     return torch.from_numpy(y).to(buf.device)
 
 
