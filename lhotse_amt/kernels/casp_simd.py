@@ -37,7 +37,7 @@ from numba import literally, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .fastmath import denormals_off, restore_fp_mode
+from .fastmath import NO_CFUNC, denormals_off, restore_fp_mode
 from .jobs import literal_entry, run_jobs
 from .modbank_simd import _CHUNK, _mod8
 from .modbank_simd import _layout as _mod_layout
@@ -46,7 +46,7 @@ from .simd import WIDTH, VecBuilder, array_ptr, store_tiles, wide_function
 
 __all__ = ["acc8", "block_segments", "pooled", "samples", "supported"]
 
-_NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
+_NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy", **NO_CFUNC)
 _I64 = ir.IntType(64)
 _N_LOOP = 6  # per adaptation loop: a, 1 - a, 2 m, m - 1, -2 / m, m
 #: blocks of 8 channels side by side in the adaptation loops

@@ -26,14 +26,14 @@ from numba import literally, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .fastmath import denormals_off, restore_fp_mode
+from .fastmath import NO_CFUNC, denormals_off, restore_fp_mode
 from .jobs import literal_entry, run_jobs
 from .paulick_simd import _lits, _sections
 from .simd import WIDTH, VecBuilder, array_ptr, store_tiles, wide_function
 
 __all__ = ["envelopes"]
 
-_NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
+_NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy", **NO_CFUNC)
 _I64 = ir.IntType(64)
 
 #: samples per pass of a block (the two input buffers and one band's output buffer,

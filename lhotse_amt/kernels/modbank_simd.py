@@ -39,7 +39,7 @@ from numba.extending import intrinsic
 from .. import _alloc
 from . import SIMD
 from .cpu import _np
-from .fastmath import denormals_off, restore_fp_mode
+from .fastmath import NO_CFUNC, denormals_off, restore_fp_mode
 from .jobs import literal_entry, run_jobs
 from .modbank import state_arrays
 from .paulick_simd import _lits
@@ -51,7 +51,7 @@ __all__ = ["ENABLED", "modulation_bank", "modulation_bank_pooled"]
 #: in the environment: the channel-by-channel kernel of :mod:`lhotse_amt.kernels.modbank`)
 ENABLED = SIMD
 
-_NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
+_NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy", **NO_CFUNC)
 _I64 = ir.IntType(64)
 
 #: samples per pass of a block (buffers (bands + 1) x chunk x 8 float64 stay in cache)

@@ -38,13 +38,13 @@ from numba import literally, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .fastmath import denormals_off, restore_fp_mode
+from .fastmath import NO_CFUNC, denormals_off, restore_fp_mode
 from .jobs import literal_entry, run_jobs
 from .simd import WIDTH, VecBuilder, array_ptr, wide_function
 
 __all__ = ["supported", "frontend_kernel"]
 
-_NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy")
+_NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy", **NO_CFUNC)
 _I64 = ir.IntType(64)
 _N_IHC = 12  # scale, gmax, x0, 1/s0, 1/s1, zmax, dt/Cm, Gkf, Gks, dEP, dKf, dKs
 _N_LOOP = 6  # per adaptation loop: a, 1 - a, 2 m, m - 1, -2 / m, m
