@@ -41,8 +41,8 @@ from .fastmath import NO_CFUNC, denormals_off, restore_fp_mode
 from .jobs import literal_entry, run_jobs
 from .modbank_simd import _CHUNK, _mod8
 from .modbank_simd import _layout as _mod_layout
-from .paulick_simd import _block_ptr, _lits, _sections, adaptation_loops_blocks
-from .simd import WIDTH, VecBuilder, array_ptr, store_tiles, wide_function
+from .paulick_simd import _lits, _sections, adaptation_loops_blocks
+from .simd import WIDTH, Codegen, store_tiles, vector_codegen
 
 __all__ = ["acc8", "block_segments", "pooled", "samples", "supported"]
 
@@ -93,14 +93,12 @@ def _gt8(typingctx, x, n0, nt, P, Z, buf, blk, g, K, SI, J):  # noqa: ANN001
     lay = _layout(nK, nSI, nJ)
     sig = types.none(x, n0, nt, P, Z, buf, blk, g, K, SI, J)
 
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        wide_function(builder)
-        vb = VecBuilder(builder)
-        at = signature.args
-        xp = array_ptr(context, builder, at[0], args[0])
-        pp = _block_ptr(context, builder, at[3], args[3], args[6])
-        zp = _block_ptr(context, builder, at[4], args[4], args[6])
-        bp = _block_ptr(context, builder, at[5], args[5], args[7])
+    @vector_codegen
+    def codegen(cg: Codegen) -> None:
+        builder, vb, args = cg.builder, cg.vb, cg.args
+        xp = cg.ptr(0)
+        pp, zp = cg.block_ptrs(args[6], 3, 4)
+        bp = cg.block_ptr(5, args[7])
         n0, nt = args[1], args[2]
 
         def par(row: int) -> ir.Value:
@@ -127,7 +125,6 @@ def _gt8(typingctx, x, n0, nt, P, Z, buf, blk, g, K, SI, J):  # noqa: ANN001
             vb.store(vb.maximum(v, floor), bp, n)
         for r, slot in slots.items():
             vb.store(builder.load(slot), zp, r)
-        return context.get_dummy_value()
 
     return sig, codegen
 
@@ -145,16 +142,13 @@ def _adapt8(typingctx, buf, nt, P, Z, blk0, G, K, SI, J, FLAGS):  # noqa: ANN001
     lay = _layout(nK, nSI, nJ)
     sig = types.none(buf, nt, P, Z, blk0, G, K, SI, J, FLAGS)
 
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        wide_function(builder)
-        vb = VecBuilder(builder)
-        at = signature.args
+    @vector_codegen
+    def codegen(cg: Codegen) -> None:
+        builder, vb, args = cg.builder, cg.vb, cg.args
         blocks = [builder.add(args[4], ir.Constant(_I64, g)) for g in range(nG)]
-        pps = [_block_ptr(context, builder, at[2], args[2], b) for b in blocks]
-        zps = [_block_ptr(context, builder, at[3], args[3], b) for b in blocks]
-        bps = [
-            _block_ptr(context, builder, at[0], args[0], ir.Constant(_I64, g)) for g in range(nG)
-        ]
+        pps = [cg.block_ptr(2, b) for b in blocks]
+        zps = [cg.block_ptr(3, b) for b in blocks]
+        bps = [cg.block_ptr(0, ir.Constant(_I64, g)) for g in range(nG)]
         state = [[vb.var(vb.load(zps[g], lay.s + j)) for j in range(nJ)] for g in range(nG)]
         lp = {
             (g, j, i): vb.load(pps[g], lay.loops + _N_LOOP * j + i)
@@ -177,7 +171,6 @@ def _adapt8(typingctx, buf, nt, P, Z, blk0, G, K, SI, J, FLAGS):  # noqa: ANN001
         for g in range(nG):
             for j in range(nJ):
                 vb.store(builder.load(state[g][j]), zps[g], lay.s + j)
-        return context.get_dummy_value()
 
     return sig, codegen
 
@@ -323,14 +316,12 @@ def acc8(typingctx, ob, m, na, nb, acc, SQUARE):  # noqa: ANN001
     square = bool(lit[0])
     sig = types.none(ob, m, na, nb, acc, SQUARE)
 
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        wide_function(builder)
-        vb = VecBuilder(builder)
-        at = signature.args
-        op = array_ptr(context, builder, at[0], args[0])
-        ap = array_ptr(context, builder, at[4], args[4])
+    @vector_codegen
+    def codegen(cg: Codegen) -> None:
+        builder, vb, args = cg.builder, cg.vb, cg.args
+        op, ap = cg.ptrs(0, 4)
         m, na, nb = args[1], args[2], args[3]
-        ary = context.make_array(at[0])(context, builder, args[0])
+        ary = cg.array(0)
         base = builder.mul(m, builder.extract_value(ary.shape, 1))
         s = vb.var(vb.load(ap, m))
         one = ir.Constant(_I64, 1)
@@ -339,7 +330,6 @@ def acc8(typingctx, ob, m, na, nb, acc, SQUARE):  # noqa: ANN001
             old = builder.load(s)
             builder.store(vb.fma(q, q, old) if square else vb.add(old, q), s)
         vb.store(builder.load(s), ap, m)
-        return context.get_dummy_value()
 
     return sig, codegen
 

@@ -29,7 +29,7 @@ from numba.extending import intrinsic
 from .fastmath import NO_CFUNC, denormals_off, restore_fp_mode
 from .jobs import literal_entry, run_jobs
 from .paulick_simd import _lits, _sections
-from .simd import WIDTH, VecBuilder, array_ptr, store_tiles, wide_function
+from .simd import WIDTH, Codegen, VecBuilder, lane_block, store_tiles, vector_codegen
 
 __all__ = ["envelopes"]
 
@@ -75,17 +75,11 @@ def _band8(typingctx, ub, hb, nt, n0, T, P, Z, G, ob, i, S, FLAGS, TAIL):  # noq
     lay = _layout(nS)
     sig = types.none(ub, hb, nt, n0, T, P, Z, G, ob, i, S, FLAGS, TAIL)
 
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        wide_function(builder)
-        vb = VecBuilder(builder)
+    @vector_codegen
+    def codegen(cg: Codegen) -> None:
+        builder, vb, args = cg.builder, cg.vb, cg.args
         vs = VecBuilder(builder, single=True)
-        at = signature.args
-        up = array_ptr(context, builder, at[0], args[0])
-        hp = array_ptr(context, builder, at[1], args[1])
-        pp = array_ptr(context, builder, at[5], args[5])
-        zp = array_ptr(context, builder, at[6], args[6])
-        gp = array_ptr(context, builder, at[7], args[7])
-        op = array_ptr(context, builder, at[8], args[8])
+        up, hp, pp, zp, gp, op = cg.ptrs(0, 1, 5, 6, 7, 8)
         nt, n0, T, band = args[2], args[3], args[4], args[9]
         pbase = builder.mul(band, ir.Constant(_I64, lay.NPB))
         zbase = builder.mul(band, ir.Constant(_I64, lay.NZB))
@@ -151,7 +145,6 @@ def _band8(typingctx, ub, hb, nt, n0, T, P, Z, G, ob, i, S, FLAGS, TAIL):  # noq
 
         for r, slot in slots.items():
             vb.store(builder.load(slot), zp, zidx(r))
-        return context.get_dummy_value()
 
     return sig, codegen
 
@@ -195,10 +188,7 @@ def _envelopes_kernel(j0, j1, u, h, y, bands, P, Z, Q, L, G, S, FLAGS):  # noqa:
     NZB = 4 * S
     yflat = y.reshape(-1)
     for job in range(j0, j1):
-        b = job // NB
-        blk = job - b * NB
-        c0 = blk * 8
-        nl = min(8, C - c0)
+        b, blk, c0, nl = lane_block(job, NB, C)
         fp = denormals_off()
         ub = np.zeros((_CHUNK, 8))
         hb = np.zeros((_CHUNK, 8))

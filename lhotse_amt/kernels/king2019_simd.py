@@ -39,7 +39,7 @@ from .fastmath import denormals_off, restore_fp_mode
 from .jobs import literal_entry, run_jobs
 from .king2019_envelope_simd import _CHUNK, _I64, _NOPY, _write_rows
 from .paulick_simd import _lits, _sections
-from .simd import WIDTH, VecBuilder, array_ptr, wide_function
+from .simd import WIDTH, Codegen, VecBuilder, lane_block, vector_codegen
 
 __all__ = ["pooled", "samples", "supported"]
 
@@ -135,14 +135,10 @@ def _front8(typingctx, x, n0, nt, P, Z, ub, K, SI, SO, M, S):  # noqa: ANN001
     lay = _front_layout(nK, nSI, nSO, nM, nS)
     sig = types.none(x, n0, nt, P, Z, ub, K, SI, SO, M, S)
 
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        wide_function(builder)
-        vb = VecBuilder(builder)
-        at = signature.args
-        xp = array_ptr(context, builder, at[0], args[0])
-        pp = array_ptr(context, builder, at[3], args[3])
-        zp = array_ptr(context, builder, at[4], args[4])
-        op = array_ptr(context, builder, at[5], args[5])
+    @vector_codegen
+    def codegen(cg: Codegen) -> None:
+        builder, vb, args = cg.builder, cg.vb, cg.args
+        xp, pp, zp, op = cg.ptrs(0, 3, 4, 5)
         n0, nt = args[1], args[2]
 
         def par(row: int) -> ir.Value:
@@ -176,7 +172,6 @@ def _front8(typingctx, x, n0, nt, P, Z, ub, K, SI, SO, M, S):  # noqa: ANN001
             vb.store(v, op, n)
         for r, slot in slots.items():
             vb.store(builder.load(slot), zp, r)
-        return context.get_dummy_value()
 
     return sig, codegen
 
@@ -194,14 +189,10 @@ def _bands8(typingctx, ub, n0, nt, P, Z, ob, K, SI, SO, M, S, NG, SUMS):  # noqa
     lay = _front_layout(nK, nSI, nSO, nM, nS)
     sig = types.none(ub, n0, nt, P, Z, ob, K, SI, SO, M, S, NG, SUMS)
 
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        wide_function(builder)
-        vb = VecBuilder(builder)
-        at = signature.args
-        up = array_ptr(context, builder, at[0], args[0])
-        pp = array_ptr(context, builder, at[3], args[3])
-        zp = array_ptr(context, builder, at[4], args[4])
-        op = array_ptr(context, builder, at[5], args[5])
+    @vector_codegen
+    def codegen(cg: Codegen) -> None:
+        builder, vb, args = cg.builder, cg.vb, cg.args
+        up, pp, zp, op = cg.ptrs(0, 3, 4, 5)
         n0, nt = args[1], args[2]
         chunk = ir.Constant(_I64, _CHUNK)
         zero = vb.const(0.0)
@@ -246,7 +237,6 @@ def _bands8(typingctx, ub, n0, nt, P, Z, ob, K, SI, SO, M, S, NG, SUMS):  # noqa
                 vb.store(builder.load(slot), zp, r)
             for (m, k), slot in acc.items():
                 vb.store(builder.load(slot), zp, lay.sums + 3 * m + k)
-        return context.get_dummy_value()
 
     return sig, codegen
 
@@ -267,10 +257,7 @@ def _samples_kernel(j0, j1, x, P, Z, y, written, urow, K, SI, SO, M, S, NG, SUMS
     NB = P.shape[0]
     yflat = y.reshape(-1)
     for job in range(j0, j1):
-        b = job // NB
-        blk = job - b * NB
-        c0 = blk * 8
-        nl = min(8, C - c0)
+        b, blk, c0, nl = lane_block(job, NB, C)
         fp = denormals_off()
         ub = np.zeros((1, _CHUNK, 8))
         offs = np.empty(8, np.int64)
@@ -388,10 +375,7 @@ def _pooled_kernel(j0, j1, x, ends, hop, P, Z, sums, K, SI, SO, M, S, NG, SQUARE
     C = sums.shape[1]
     NB = P.shape[0]
     for job in range(j0, j1):
-        b = job // NB
-        blk = job - b * NB
-        c0 = blk * 8
-        nl = min(8, C - c0)
+        b, blk, c0, nl = lane_block(job, NB, C)
         fp = denormals_off()
         ub = np.zeros((_CHUNK, 8))
         ob = np.empty((M, _CHUNK, 8))

@@ -43,7 +43,7 @@ from .fastmath import NO_CFUNC, denormals_off, restore_fp_mode
 from .jobs import literal_entry, run_jobs
 from .modbank import state_arrays
 from .paulick_simd import _lits
-from .simd import WIDTH, VecBuilder, array_ptr, store_tiles, wide_function
+from .simd import WIDTH, Codegen, lane_block, store_tiles, vector_codegen
 
 __all__ = ["ENABLED", "modulation_bank", "modulation_bank_pooled"]
 
@@ -97,14 +97,10 @@ def _mod8(typingctx, ib, nt, P, Z, ob, SP, SL, M1, FLAGS):  # noqa: ANN001
     lay = _layout(nSP, nSL, nM1)
     sig = types.none(ib, nt, P, Z, ob, SP, SL, M1, FLAGS)
 
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        wide_function(builder)
-        vb = VecBuilder(builder)
-        at = signature.args
-        ip = array_ptr(context, builder, at[0], args[0])
-        pp = array_ptr(context, builder, at[2], args[2])
-        zp = array_ptr(context, builder, at[3], args[3])
-        op = array_ptr(context, builder, at[4], args[4])
+    @vector_codegen
+    def codegen(cg: Codegen) -> None:
+        builder, vb, args = cg.builder, cg.vb, cg.args
+        ip, pp, zp, op = cg.ptrs(0, 2, 3, 4)
         nt = args[1]
         chunk = ir.Constant(_I64, _CHUNK)
         nbands = ir.Constant(_I64, nM1 + 1)
@@ -179,7 +175,6 @@ def _mod8(typingctx, ib, nt, P, Z, ob, SP, SL, M1, FLAGS):  # noqa: ANN001
             for m in bands:
                 vb.store(builder.load(st[m][0]), zp, lay.zb + 2 * m)
                 vb.store(builder.load(st[m][1]), zp, lay.zb + 2 * m + 1)
-        return context.get_dummy_value()
 
     return sig, codegen
 
@@ -195,10 +190,7 @@ def _blocks_kernel(j0, j1, x, P, Z, sc, y, SP, SL, M1):  # pragma: no cover - co
     NB = P.shape[0]
     yflat = y.reshape(-1)
     for job in range(j0, j1):
-        b = job // NB
-        blk = job - b * NB
-        c0 = blk * 8
-        nl = min(8, C - c0)
+        b, blk, c0, nl = lane_block(job, NB, C)
         fp = denormals_off()
         ib = np.empty((_CHUNK, 8))
         ob = np.empty((M1 + 1, _CHUNK, 8))
@@ -247,10 +239,7 @@ def _pooled_kernel(j0, j1, x, P, Z, s, e, nf, R, out, SP, SL, M1, FLAGS):  # noq
     B, C, T = x.shape
     NB = P.shape[0]
     for job in range(j0, j1):
-        b = job // NB
-        blk = job - b * NB
-        c0 = blk * 8
-        nl = min(8, C - c0)
+        b, blk, c0, nl = lane_block(job, NB, C)
         fp = denormals_off()
         ib = np.empty((_CHUNK, 8))
         D = (M1 + 1) * 8

@@ -40,7 +40,7 @@ from numba.extending import intrinsic
 
 from .fastmath import NO_CFUNC, denormals_off, restore_fp_mode
 from .jobs import literal_entry, run_jobs
-from .simd import WIDTH, VecBuilder, array_ptr, wide_function
+from .simd import WIDTH, Codegen, VecBuilder, vector_codegen
 
 __all__ = ["supported", "frontend_kernel"]
 
@@ -175,14 +175,6 @@ def adaptation_loops_blocks(
     return vv
 
 
-def _block_ptr(context, builder, aryty, value, g):  # noqa: ANN001, ANN202
-    """``double*`` to block ``g`` of a group array ``(G, rows, 8)`` (rows from its shape)."""
-    ary = context.make_array(aryty)(context, builder, value)
-    rows = builder.extract_value(ary.shape, 1)
-    off = builder.mul(builder.mul(g, rows), ir.Constant(_I64, WIDTH))
-    return builder.gep(builder.bitcast(ary.data, ir.DoubleType().as_pointer()), [off])
-
-
 @intrinsic
 def _drnl8(typingctx, x, n0, nt, P, Z, buf, row0, g, G, SL, S1, S2):  # noqa: ANN001
     """DRNL of ``x[n0 : n0 + nt]`` for block ``g`` of a group of ``G`` blocks of 8 channels:
@@ -195,16 +187,14 @@ def _drnl8(typingctx, x, n0, nt, P, Z, buf, row0, g, G, SL, S1, S2):  # noqa: AN
     lay = _layout(nSL, nS1, nS2, 0)
     sig = types.none(x, n0, nt, P, Z, buf, row0, g, G, SL, S1, S2)
 
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        wide_function(builder)
-        vb = VecBuilder(builder)
-        at = signature.args
-        xp = array_ptr(context, builder, at[0], args[0])
+    @vector_codegen
+    def codegen(cg: Codegen) -> None:
+        builder, vb, args = cg.builder, cg.vb, cg.args
+        xp = cg.ptr(0)
         # NP / NZ depend on the number of adaptation loops (not a literal here): block g's
         # parameters and states are located through the arrays' shapes
-        pp = _block_ptr(context, builder, at[3], args[3], args[7])
-        zp = _block_ptr(context, builder, at[4], args[4], args[7])
-        bp = array_ptr(context, builder, at[5], args[5])
+        pp, zp = cg.block_ptrs(args[7], 3, 4)
+        bp = cg.ptr(5)
         slots = _state_slots(vb, zp, range(lay["w"]))
 
         def par(row: int) -> ir.Value:
@@ -224,7 +214,6 @@ def _drnl8(typingctx, x, n0, nt, P, Z, buf, row0, g, G, SL, S1, S2):  # noqa: AN
             row = builder.add(args[6], n)
             vb.store(vb.add(v, u), bp, builder.add(builder.mul(row, gG), args[7]))
         _store_states(vb, zp, slots)
-        return context.get_dummy_value()
 
     return sig, codegen
 
@@ -244,13 +233,10 @@ def _hair8(typingctx, buf, row0, nt, P, Z, G, SL, S1, S2, J, FLAGS):  # noqa: AN
     NP, NZ = lay["NP"], lay["NZ"]
     sig = types.none(buf, row0, nt, P, Z, G, SL, S1, S2, J, FLAGS)
 
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        wide_function(builder)
-        vb = VecBuilder(builder)
-        at = signature.args
-        bp = array_ptr(context, builder, at[0], args[0])
-        pp = array_ptr(context, builder, at[3], args[3])
-        zp = array_ptr(context, builder, at[4], args[4])
+    @vector_codegen
+    def codegen(cg: Codegen) -> None:
+        builder, vb, args = cg.builder, cg.vb, cg.args
+        bp, pp, zp = cg.ptrs(0, 3, 4)
         slots = [_state_slots(vb, zp, range(g * NZ + lay["w"], g * NZ + NZ)) for g in range(nG)]
         one = vb.const(1.0)
 
@@ -303,7 +289,6 @@ def _hair8(typingctx, buf, row0, nt, P, Z, G, SL, S1, S2, J, FLAGS):  # noqa: AN
                 vb.store(vb.round_to_f32(v) if round32 else v, bp, idx)
         for g in range(nG):
             _store_states(vb, zp, slots[g])
-        return context.get_dummy_value()
 
     return sig, codegen
 
@@ -319,13 +304,11 @@ def _decim8(typingctx, buf, first, count, wd, yb, g, G, R, K):  # noqa: ANN001
     nG, nR, nK = lit
     sig = types.none(buf, first, count, wd, yb, g, G, R, K)
 
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        wide_function(builder)
-        vb = VecBuilder(builder)
-        at = signature.args
-        bp = array_ptr(context, builder, at[0], args[0])
-        wp = array_ptr(context, builder, at[3], args[3])
-        yp = _block_ptr(context, builder, at[4], args[4], args[5])
+    @vector_codegen
+    def codegen(cg: Codegen) -> None:
+        builder, vb, args = cg.builder, cg.vb, cg.args
+        bp, wp = cg.ptrs(0, 3)
+        yp = cg.block_ptr(4, args[5])
         gG = ir.Constant(_I64, nG)
         taps = [vb.splat(builder.load(builder.gep(wp, [ir.Constant(_I64, q)]))) for q in range(nK)]
         with cgutils.for_range(builder, args[2]) as loop:
@@ -341,7 +324,6 @@ def _decim8(typingctx, buf, first, count, wd, yb, g, G, R, K):  # noqa: ANN001
                 if acc is not None:
                     total = acc if total is None else vb.add(total, acc)
             vb.store(total, yp, o)
-        return context.get_dummy_value()
 
     return sig, codegen
 

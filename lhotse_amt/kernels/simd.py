@@ -20,6 +20,7 @@ numba's array model and function attributes.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from llvmlite import ir
@@ -28,10 +29,14 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = [
+    "Codegen",
     "VecBuilder",
     "array_ptr",
+    "block_ptr",
+    "lane_block",
     "store_tiles",
     "transpose8",
+    "vector_codegen",
     "wide_function",
     "WIDTH",
     "vector_exp",
@@ -72,6 +77,72 @@ def array_ptr(context, builder, aryty, value) -> ir.Value:  # noqa: ANN001
     """``double*`` to the first element of a numba array argument (C-contiguous float64)."""
     ary = context.make_array(aryty)(context, builder, value)
     return builder.bitcast(ary.data, _D.as_pointer())
+
+
+def block_ptr(context, builder, aryty, value, g) -> ir.Value:  # noqa: ANN001
+    """``double*`` to block ``g`` of a group array ``(G, rows, 8)`` (rows from its shape)."""
+    ary = context.make_array(aryty)(context, builder, value)
+    rows = builder.extract_value(ary.shape, 1)
+    off = builder.mul(builder.mul(g, rows), ir.Constant(_I64, WIDTH))
+    return builder.gep(builder.bitcast(ary.data, _D.as_pointer()), [off])
+
+
+@njit(inline="always")
+def lane_block(job, NB, C):  # noqa: ANN001, ANN201  # pragma: no cover - compiled
+    """Job ``job`` of a register kernel's ``B * NB`` jobs (item, block of 8 channels of
+    ``C``): the item ``b``, the block ``blk``, its first channel ``c0`` and its number of
+    channels ``nl`` (at most 8)."""
+    b = job // NB
+    blk = job - b * NB
+    c0 = blk * WIDTH
+    return b, blk, c0, min(WIDTH, C - c0)
+
+
+class Codegen:
+    """The arguments of a register kernel's codegen (``context``, ``builder``, the
+    argument types ``types`` and values ``args``), its :class:`VecBuilder` ``vb`` and the
+    data pointers of its array arguments."""
+
+    def __init__(self, context, builder: ir.IRBuilder, signature, args) -> None:  # noqa: ANN001
+        self.context = context
+        self.builder = builder
+        self.types = signature.args
+        self.args = args
+        self.vb = VecBuilder(builder)
+
+    def array(self, i: int):  # noqa: ANN201
+        """numba's array structure of array argument ``i`` (``.data``, ``.shape``)."""
+        return self.context.make_array(self.types[i])(self.context, self.builder, self.args[i])
+
+    def ptr(self, i: int) -> ir.Value:
+        """``double*`` to the first element of array argument ``i``."""
+        return array_ptr(self.context, self.builder, self.types[i], self.args[i])
+
+    def ptrs(self, *index: int) -> list[ir.Value]:
+        """:meth:`ptr` of each argument ``index``."""
+        return [self.ptr(i) for i in index]
+
+    def block_ptr(self, i: int, g: ir.Value) -> ir.Value:
+        """``double*`` to block ``g`` of the group array argument ``i``
+        (:func:`block_ptr`)."""
+        return block_ptr(self.context, self.builder, self.types[i], self.args[i], g)
+
+    def block_ptrs(self, g: ir.Value, *index: int) -> list[ir.Value]:
+        """:meth:`block_ptr` of block ``g`` of each argument ``index``."""
+        return [self.block_ptr(i, g) for i in index]
+
+
+def vector_codegen(body: Callable[[Codegen], None]) -> Callable:
+    """The codegen of a register-kernel intrinsic (returning nothing) from ``body(cg)``:
+    the function built with wide vector registers (:func:`wide_function`), ``body``
+    emitting the kernel with the codegen's :class:`Codegen`."""
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        wide_function(builder)
+        body(Codegen(context, builder, signature, args))
+        return context.get_dummy_value()
+
+    return codegen
 
 
 def transpose8(builder: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
@@ -275,17 +346,16 @@ def store_tiles(typingctx, ob, m, ntile, yflat, offs):  # noqa: ANN001
     per lane."""
     sig = types.none(ob, m, ntile, yflat, offs)
 
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        wide_function(builder)
-        vb = VecBuilder(builder)
-        at = signature.args
-        op = array_ptr(context, builder, at[0], args[0])
-        ety = context.get_value_type(at[3].dtype)
+    @vector_codegen
+    def codegen(cg: Codegen) -> None:
+        builder, vb, args = cg.builder, cg.vb, cg.args
+        op = cg.ptr(0)
+        ety = cg.context.get_value_type(cg.types[3].dtype)
         vty = ir.VectorType(ety, WIDTH)
-        yp = context.make_array(at[3])(context, builder, args[3]).data
-        offp = context.make_array(at[4])(context, builder, args[4]).data
+        yp = cg.array(3).data
+        offp = cg.array(4).data
         offs = [builder.load(builder.gep(offp, [ir.Constant(_I64, k)])) for k in range(WIDTH)]
-        chunk = builder.extract_value(context.make_array(at[0])(context, builder, args[0]).shape, 1)
+        chunk = builder.extract_value(cg.array(0).shape, 1)
         m0 = builder.mul(args[1], chunk)
         with cgutils.for_range(builder, args[2]) as loop:
             n = builder.mul(loop.index, ir.Constant(_I64, WIDTH))
@@ -298,7 +368,6 @@ def store_tiles(typingctx, ob, m, ntile, yflat, offs):  # noqa: ANN001
                     v = cols[lane] if vty == vb.ty else builder.fptrunc(cols[lane], vty)
                     ptr = builder.gep(yp, [builder.add(offs[lane], n)])
                     builder.store(v, builder.bitcast(ptr, vty.as_pointer()), align=4)
-        return context.get_dummy_value()
 
     return sig, codegen
 
