@@ -42,10 +42,11 @@ from .mixing import MUMixing
 __all__ = [
     "CASPExtractor",
     "FusedPooling",
-    "adaptation_kwargs",
+    "check_casp_config",
     "check_grid",
     "check_modulation",
-    "modulation_kwargs",
+    "config_kwargs",
+    "stage_kwargs",
 ]
 
 _MODULATION_FIELDS = ("max_mfc", "use_upper_limit", "att_factor", "lp150")
@@ -72,21 +73,39 @@ def check_modulation(c: Any, with_preset: bool = True) -> None:
     )
 
 
-def modulation_kwargs(c: Any) -> dict[str, Any]:
-    """The modulation-filterbank keyword arguments a config sets (fields left ``None``
-    take the model's defaults)."""
+def check_casp_config(
+    c: Any, stages: tuple[str, ...] = ("modulation", "adaptation"), with_preset: bool = True
+) -> None:
+    """The fields every CASP-family config has: the grid (:func:`check_grid`), the
+    modulation filterbank settings (:func:`check_modulation`), ``filter_type`` where the
+    config has it, ``stage`` (one of ``stages``) and ``layout``."""
+    check_grid(c)
+    check_modulation(c, with_preset)
+    if hasattr(c, "filter_type"):
+        check_choice("filter_type", c.filter_type, ("efilt", "butterworth"))
+    check_choice("stage", c.stage, stages)
+    check_choice("layout", c.layout, ("compact", "padded"))
+
+
+def config_kwargs(c: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """The config fields ``names`` as keyword arguments of the model (the same names)."""
+    return {k: getattr(c, k) for k in names}
+
+
+def stage_kwargs(c: Any) -> dict[str, dict[str, Any]]:
+    """The model's ``adaptation_kwargs`` (``limit``) and ``modulation_kwargs`` (``preset``,
+    the modulation-filterbank fields and ``filter_type``) that a config sets; fields left
+    ``None`` take the model's defaults."""
     mod: dict[str, Any] = {}
+    if hasattr(c, "filter_type"):
+        mod["filter_type"] = c.filter_type
     if getattr(c, "modulation_preset", None) is not None:
         mod["preset"] = c.modulation_preset
     for k in _MODULATION_FIELDS:
         if getattr(c, k) is not None:
             mod[k] = getattr(c, k)
-    return mod
-
-
-def adaptation_kwargs(c: Any) -> dict[str, Any]:
-    """``{"limit": adaptation_limit}`` where the config sets it."""
-    return {} if c.adaptation_limit is None else {"limit": c.adaptation_limit}
+    adaptation = {} if c.adaptation_limit is None else {"limit": c.adaptation_limit}
+    return {"adaptation_kwargs": adaptation, "modulation_kwargs": mod}
 
 
 class FusedPooling:

@@ -15,13 +15,7 @@ from .._validation import check_choice, check_positive_finite
 from ..functional.ihc import IHC_PRESETS
 from ..models.dau1997 import DAU1997_PRESETS, Dau1997
 from .base import AuditoryConfig
-from .casp_base import (
-    CASPExtractor,
-    adaptation_kwargs,
-    check_grid,
-    check_modulation,
-    modulation_kwargs,
-)
+from .casp_base import CASPExtractor, check_casp_config, config_kwargs, stage_kwargs
 
 __all__ = ["Dau1997Config", "Dau1997Extractor"]
 
@@ -64,13 +58,9 @@ class Dau1997Config(AuditoryConfig):
     def validate(self) -> None:
         super().validate()
         check_choice("preset", self.preset, (None, *DAU1997_PRESETS))
-        check_grid(self)
         self.basef = check_positive_finite("basef", self.basef, allow_none=True)
         check_choice("ihc_method", self.ihc_method, (None, *IHC_PRESETS))
-        check_modulation(self)
-        check_choice("filter_type", self.filter_type, ("efilt", "butterworth"))
-        check_choice("stage", self.stage, ("modulation", "adaptation"))
-        check_choice("layout", self.layout, ("compact", "padded"))
+        check_casp_config(self)
 
 
 @register_extractor
@@ -87,16 +77,11 @@ class Dau1997Extractor(CASPExtractor):
 
     def _build_model(self) -> Dau1997:
         c = self.config
-        fb = {} if c.basef is None else {"basef": c.basef}
-        ihc = {} if c.ihc_method is None else {"method": c.ihc_method}
         return Dau1997(
             c.sampling_rate,
-            flow=c.flow,
-            fhigh=c.fhigh,
+            **config_kwargs(c, ("flow", "fhigh", "preset")),
             dtype=self.torch_dtype,
-            filterbank_kwargs=fb,
-            ihc_kwargs=ihc,
-            adaptation_kwargs=adaptation_kwargs(c),
-            modulation_kwargs={"filter_type": c.filter_type, **modulation_kwargs(c)},
-            preset=c.preset,
+            filterbank_kwargs={} if c.basef is None else {"basef": c.basef},
+            ihc_kwargs={} if c.ihc_method is None else {"method": c.ihc_method},
+            **stage_kwargs(c),
         )

@@ -24,10 +24,27 @@ from .._validation import (
 )
 from ..models.king2019 import KING2019_PRESETS, King2019
 from .base import AuditoryConfig, AuditoryExtractor
-from .casp_base import FusedPooling, check_grid
+from .casp_base import FusedPooling, check_grid, config_kwargs
 from .mixing import KingMixing
 
 __all__ = ["King2019Config", "King2019Extractor"]
+
+#: the config fields that are :class:`~lhotse_amt.models.king2019.King2019` arguments
+_MODEL_FIELDS = (
+    "preset",
+    "flow",
+    "fhigh",
+    "basef",
+    "compression_type",
+    "compression_n",
+    "compression_knee_db",
+    "dboffset",
+    "adt_hp_fc",
+    "mflow",
+    "mfhigh",
+    "modbank_qfactor",
+    "lp_150hz",
+)
 
 
 @dataclass
@@ -158,26 +175,12 @@ class King2019Extractor(KingMixing, FusedPooling, AuditoryExtractor):
 
     def _build_model(self) -> King2019:
         c = self.config
-        ihc = {} if c.ihc_cutoff is None else {"cutoff": c.ihc_cutoff}
-        mod = {} if c.modulation_form is None else {"form": c.modulation_form}
         return King2019(
             c.sampling_rate,
-            flow=c.flow,
-            fhigh=c.fhigh,
-            basef=c.basef,
-            compression_type=c.compression_type,
-            compression_n=c.compression_n,
-            compression_knee_db=c.compression_knee_db,
-            dboffset=c.dboffset,
-            adt_hp_fc=c.adt_hp_fc,
-            mflow=c.mflow,
-            mfhigh=c.mfhigh,
-            modbank_qfactor=c.modbank_qfactor,
-            lp_150hz=c.lp_150hz,
+            **config_kwargs(c, _MODEL_FIELDS),
             dtype=self.torch_dtype,
-            ihc_kwargs=ihc,
-            modulation_kwargs=mod,
-            preset=c.preset,
+            ihc_kwargs={} if c.ihc_cutoff is None else {"cutoff": c.ihc_cutoff},
+            modulation_kwargs={} if c.modulation_form is None else {"form": c.modulation_form},
         )
 
     def _spec(self) -> tuple[np.ndarray, np.ndarray]:

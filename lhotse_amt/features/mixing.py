@@ -134,14 +134,8 @@ class MUMixing(IntensityMixing):
 
     #: energy of silence (the minimum level's intensity; Lhotse needs a positive energy)
     energy_floor: ClassVar[float] = _MINLVL**2
-
-    @classmethod
-    def to_intensity(cls, features: np.ndarray) -> np.ndarray:
-        return mu_to_intensity(features)
-
-    @classmethod
-    def from_intensity(cls, intensity: np.ndarray) -> np.ndarray:
-        return intensity_to_mu(intensity)
+    to_intensity = staticmethod(mu_to_intensity)
+    from_intensity = staticmethod(intensity_to_mu)
 
 
 #: compression exponent and knee amplitude (30 dB SPL on the 100-dB scale) assumed by the
@@ -180,14 +174,8 @@ class KingMixing(IntensityMixing):
     on the sound's power."""
 
     energy_floor: ClassVar[float] = _KING_KNEE**2 * 1e-6
-
-    @classmethod
-    def to_intensity(cls, features: np.ndarray) -> np.ndarray:
-        return _king_to_intensity(features)
-
-    @classmethod
-    def from_intensity(cls, intensity: np.ndarray) -> np.ndarray:
-        return _king_from_intensity(intensity)
+    to_intensity = staticmethod(_king_to_intensity)
+    from_intensity = staticmethod(_king_from_intensity)
 
 
 #: the mid-level specific-loudness law the mixing hooks invert: A and alpha of the channels

@@ -16,13 +16,7 @@ from lhotse.features.base import register_extractor
 from .._validation import check_choice
 from ..models.osses2021 import OSSES2021_PRESETS, Osses2021
 from .base import AuditoryConfig
-from .casp_base import (
-    CASPExtractor,
-    adaptation_kwargs,
-    check_grid,
-    check_modulation,
-    modulation_kwargs,
-)
+from .casp_base import CASPExtractor, check_casp_config, config_kwargs, stage_kwargs
 from .frames import ChunkPlan, FrameAccumulator
 
 __all__ = ["Osses2021Config", "Osses2021Extractor"]
@@ -65,12 +59,9 @@ class Osses2021Config(AuditoryConfig):
     def validate(self) -> None:
         super().validate()
         check_choice("preset", self.preset, (None, *OSSES2021_PRESETS))
-        check_grid(self)
         check_choice("phase_type", self.phase_type, (None, "minimum", "linear"))
         check_choice("compensation", self.compensation, (None, "none", "amt", "trim"))
-        check_modulation(self)
-        check_choice("stage", self.stage, ("modulation", "adaptation"))
-        check_choice("layout", self.layout, ("compact", "padded"))
+        check_casp_config(self)
 
 
 @register_extractor
@@ -111,14 +102,9 @@ class Osses2021Extractor(CASPExtractor):
         c = self.config
         return Osses2021(
             c.sampling_rate,
-            flow=c.flow,
-            fhigh=c.fhigh,
-            phase_type=c.phase_type,
-            compensation=c.compensation,
+            **config_kwargs(c, ("flow", "fhigh", "phase_type", "compensation", "preset")),
             dtype=self.torch_dtype,
-            adaptation_kwargs=adaptation_kwargs(c),
-            modulation_kwargs=modulation_kwargs(c),
-            preset=c.preset,
+            **stage_kwargs(c),
         )
 
     def _chunk_plan(

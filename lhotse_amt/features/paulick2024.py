@@ -19,13 +19,7 @@ from torch import Tensor
 from .._validation import check_bool, check_choice, check_int
 from ..models.paulick2024 import Paulick2024
 from .base import AuditoryConfig
-from .casp_base import (
-    CASPExtractor,
-    adaptation_kwargs,
-    check_grid,
-    check_modulation,
-    modulation_kwargs,
-)
+from .casp_base import CASPExtractor, check_casp_config, config_kwargs, stage_kwargs
 from .frames import FrameAccumulator
 
 __all__ = ["Paulick2024Config", "Paulick2024Extractor"]
@@ -70,15 +64,11 @@ class Paulick2024Config(AuditoryConfig):
 
     def validate(self) -> None:
         super().validate()
-        check_grid(self)
         self.n_channels = check_int("n_channels", self.n_channels, min=1)
         self.use_outerear = check_bool("use_outerear", self.use_outerear)
         check_choice("drnl_preset", self.drnl_preset, ("jepsen2008", "lopezpoveda2001"))
         self.resample_factor = check_int("resample_factor", self.resample_factor, min=1)
-        check_modulation(self, with_preset=False)
-        check_choice("filter_type", self.filter_type, ("efilt", "butterworth"))
-        check_choice("stage", self.stage, ("modulation", "resampled", "adaptation"))
-        check_choice("layout", self.layout, ("compact", "padded"))
+        check_casp_config(self, ("modulation", "resampled", "adaptation"), with_preset=False)
 
 
 @register_extractor
@@ -129,18 +119,13 @@ class Paulick2024Extractor(CASPExtractor):
 
     def _build_model(self) -> Paulick2024:
         c = self.config
+        fields = ("flow", "fhigh", "n_channels", "use_outerear", "filter_type", "resample_factor")
         return Paulick2024(
             c.sampling_rate,
-            flow=c.flow,
-            fhigh=c.fhigh,
-            n_channels=c.n_channels,
-            use_outerear=c.use_outerear,
-            filter_type=c.filter_type,
+            **config_kwargs(c, fields),
             dtype=self.torch_dtype,
             drnl_kwargs={"preset": c.drnl_preset},
-            adaptation_kwargs=adaptation_kwargs(c),
-            modulation_kwargs=modulation_kwargs(c),
-            resample_factor=c.resample_factor,
+            **stage_kwargs(c),
         )
 
     def _decimation(self) -> int:
