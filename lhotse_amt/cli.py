@@ -209,35 +209,50 @@ def warmup(names: tuple[str, ...], configs: tuple[str, ...]) -> None:
     click.echo(f"kernel cache: {kernel_cache_dir()}")
 
 
-def _extraction_io(f: Callable) -> Callable:
-    """The arguments and options shared with Lhotse's ``feat extract-cuts[-batch]``."""
-    for deco in reversed(
-        [
-            click.argument("cutset", type=click.Path(exists=True, dir_okay=False, allow_dash=True)),
-            click.argument("output_cutset", type=click.Path(allow_dash=True)),
-            click.argument("storage_path", type=click.Path()),
-            click.option(
-                "-f",
-                "--feature-manifest",
-                type=click.Path(exists=True, dir_okay=False),
-                help="Extractor YAML (default: Lhotse's Fbank, as in `lhotse feat`).",
-            ),
-            click.option(
-                "--storage-type",
-                type=click.Choice(available_storage_backends()),
-                default="numpy_files",
-                help="Storage backend for the feature matrices.",
-            ),
-        ]
-    ):
-        f = deco(f)
-    return f
+def _extraction_command(
+    group: click.Group, name: str, num_jobs: int, jobs_help: str
+) -> Callable[[Callable], Callable]:
+    """Decorator registering an extraction command ``name`` in ``group`` with the arguments
+    and options shared with Lhotse's ``feat extract-cuts[-batch]`` (``-j/--num-jobs``
+    defaulting to ``num_jobs``)."""
+    shared = [
+        group.command(name=name, context_settings=dict(show_default=True)),
+        click.argument("cutset", type=click.Path(exists=True, dir_okay=False, allow_dash=True)),
+        click.argument("output_cutset", type=click.Path(allow_dash=True)),
+        click.argument("storage_path", type=click.Path()),
+        click.option(
+            "-f",
+            "--feature-manifest",
+            type=click.Path(exists=True, dir_okay=False),
+            help="Extractor YAML (default: Lhotse's Fbank, as in `lhotse feat`).",
+        ),
+        click.option(
+            "--storage-type",
+            type=click.Choice(available_storage_backends()),
+            default="numpy_files",
+            help="Storage backend for the feature matrices.",
+        ),
+        click.option("-j", "--num-jobs", type=int, default=num_jobs, help=jobs_help),
+    ]
+
+    def decorate(f: Callable) -> Callable:
+        for deco in reversed(shared):
+            f = deco(f)
+        return f
+
+    return decorate
+
+
+def _feature_extractor(feature_manifest: str | None) -> FeatureExtractor:
+    """The extractor of a ``--feature-manifest`` YAML (default: Lhotse's Fbank, as in
+    ``lhotse feat``)."""
+    from lhotse import Fbank
+
+    return FeatureExtractor.from_yaml(feature_manifest) if feature_manifest else Fbank()
 
 
 def _extract_cuts_command(group: click.Group, name: str) -> None:
-    @group.command(name=name, context_settings=dict(show_default=True))
-    @_extraction_io
-    @click.option("-j", "--num-jobs", type=int, default=1, help="Number of parallel processes.")
+    @_extraction_command(group, name, 1, "Number of parallel processes.")
     @click.option(
         "--overwrite",
         "--restart",
@@ -261,7 +276,7 @@ def _extract_cuts_command(group: click.Group, name: str) -> None:
         stops and names what differs; --overwrite starts over); a finished output is not
         recomputed; the output manifest is written atomically. One file per cut: the storage
         type is numpy_files or lilcom_files."""
-        from lhotse import CutSet, Fbank
+        from lhotse import CutSet
 
         from .pipeline import (
             RESUMABLE_STORAGE_TYPES,
@@ -276,7 +291,7 @@ def _extract_cuts_command(group: click.Group, name: str) -> None:
                 f"safely; use one of {sorted(RESUMABLE_STORAGE_TYPES)}",
                 param_hint="--storage-type",
             )
-        ex = FeatureExtractor.from_yaml(feature_manifest) if feature_manifest else Fbank()
+        ex = _feature_extractor(feature_manifest)
         try:
             extract_cuts(
                 CutSet.from_file(cutset),
@@ -292,9 +307,7 @@ def _extract_cuts_command(group: click.Group, name: str) -> None:
 
 
 def _extract_cuts_batch_command(group: click.Group, name: str) -> None:
-    @group.command(name=name, context_settings=dict(show_default=True))
-    @_extraction_io
-    @click.option("-j", "--num-jobs", type=int, default=4, help="Number of dataloader workers.")
+    @_extraction_command(group, name, 4, "Number of dataloader workers.")
     @click.option(
         "-b",
         "--batch-duration",
@@ -321,10 +334,10 @@ def _extract_cuts_batch_command(group: click.Group, name: str) -> None:
         extractor's device), store them under STORAGE_PATH and write OUTPUT_CUTSET. Re-running
         the same command resumes an interrupted run (cuts already in OUTPUT_CUTSET are
         skipped)."""
-        from lhotse import CutSet, Fbank
+        from lhotse import CutSet
         from lhotse.features.io import get_writer
 
-        ex = FeatureExtractor.from_yaml(feature_manifest) if feature_manifest else Fbank()
+        ex = _feature_extractor(feature_manifest)
         if device is not None:
             if not hasattr(ex.config, "device"):
                 raise click.UsageError(f"{ex.name} has no device setting")

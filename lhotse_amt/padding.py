@@ -83,6 +83,20 @@ def _check_pad_args(duration: Any, num_frames: Any, num_samples: Any, direction:
         raise ValueError(f"direction must be one of {_DIRECTIONS}, got {direction!r}")
 
 
+#: the padding arguments of :func:`pad_cut` and :func:`pad_cuts` (those of Lhotse's ``pad``)
+_PAD_ARGS = ("duration", "num_frames", "num_samples", "direction", "preserve_id")
+
+
+def _pad_with_silence(target: Any, feature_type: str | None, args: dict[str, Any]) -> Any:
+    """``target.pad(...)`` (a Cut or CutSet) with the padding arguments ``args`` and the
+    padded feature frames set to :func:`pad_value` of ``feature_type`` (``None``: no
+    features, Lhotse's padding)."""
+    kwargs = {k: args[k] for k in _PAD_ARGS}
+    if feature_type is not None:
+        kwargs["pad_feat_value"] = pad_value(feature_type)
+    return target.pad(**kwargs)
+
+
 def pad_cut(
     cut: Cut,
     duration: float | None = None,
@@ -101,17 +115,7 @@ def pad_cut(
     _check_pad_args(duration, num_frames, num_samples, direction)
     if duration is None and num_frames is None and num_samples is None:
         raise ValueError("pad_cut needs one of duration, num_frames, num_samples")
-    kwargs: dict[str, Any] = {}
-    if cut.has_features:
-        kwargs["pad_feat_value"] = pad_value(cut.features_type)
-    return cut.pad(
-        duration=duration,
-        num_frames=num_frames,
-        num_samples=num_samples,
-        direction=direction,
-        preserve_id=preserve_id,
-        **kwargs,
-    )
+    return _pad_with_silence(cut, cut.features_type if cut.has_features else None, locals())
 
 
 def _single_feature_type(cuts: CutSet) -> str | None:
@@ -137,18 +141,7 @@ def pad_cuts(
     if not isinstance(cuts, CutSet):
         raise TypeError(f"pad_cuts needs a Lhotse CutSet, got {type(cuts).__name__}")
     _check_pad_args(duration, num_frames, num_samples, direction)
-    ftype = _single_feature_type(cuts)
-    kwargs: dict[str, Any] = {}
-    if ftype is not None:
-        kwargs["pad_feat_value"] = pad_value(ftype)
-    return cuts.pad(
-        duration=duration,
-        num_frames=num_frames,
-        num_samples=num_samples,
-        direction=direction,
-        preserve_id=preserve_id,
-        **kwargs,
-    )
+    return _pad_with_silence(cuts, _single_feature_type(cuts), locals())
 
 
 def collate_features(
