@@ -225,6 +225,23 @@ def fir_spectrum(h: Tensor, nfft: int) -> Tensor:
     return torch.fft.rfft(h, nfft)
 
 
+def _fir_numpy(xx: np.ndarray, h: np.ndarray, T: int) -> np.ndarray:
+    # the last T outputs of xx (..., N - 1 + T) convolved with h (N,): the FFT convolution
+    # of fir_filter (overlap-save blocks of fir_block_length(N)) by numpy, in xx's dtype
+    N = h.shape[0]
+    nfft = fir_block_length(N)
+    step = nfft - (N - 1)
+    if T <= 2 * step:
+        L = _fft_len(xx.shape[-1] + N - 1)
+        return np.fft.irfft(np.fft.rfft(xx, L) * np.fft.rfft(h, L), L)[..., N - 1 : N - 1 + T]
+    nb = -(-T // step)
+    pad = np.zeros((*xx.shape[:-1], nb * step + N - 1 - xx.shape[-1]), xx.dtype)
+    xp = np.concatenate([xx, pad], -1)
+    frames = np.lib.stride_tricks.sliding_window_view(xp, nfft, axis=-1)[..., ::step, :]
+    yb = np.fft.irfft(np.fft.rfft(frames, nfft) * np.fft.rfft(h, nfft), nfft)[..., N - 1 :]
+    return yb.reshape(*yb.shape[:-2], nb * step)[..., :T]
+
+
 def fir_filter(
     x: Tensor,
     h: Tensor,
@@ -266,13 +283,10 @@ def fir_filter(
         and not torch.compiler.is_compiling()
         and not (torch.is_grad_enabled() and (xx.requires_grad or h.requires_grad))
     ):
-        # eager CPU inference: scipy's overlap-add FFT convolution on the calling thread
+        # eager CPU inference: the same FFT convolution by numpy on the calling thread
         # (torch's FFTs and pads open thread pools that oversubscribe a busy machine)
-        import scipy.signal  # deferred: its import costs ~0.5 CPU-s
-
         xn = xx.detach().numpy()
-        hn = h.detach().numpy().reshape((1,) * (xn.ndim - 1) + (N,))
-        yn = scipy.signal.oaconvolve(xn, hn, mode="full", axes=-1)[..., N - 1 : N - 1 + T]
+        yn = _fir_numpy(xn, h.detach().numpy(), T)
         y = torch.from_numpy(np.ascontiguousarray(yn, dtype=xn.dtype))
         if not return_state:
             return y

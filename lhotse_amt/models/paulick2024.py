@@ -63,6 +63,7 @@ from torch import Tensor, nn
 from .._validation import check_bool, check_choice, check_int
 from ..functional.adaptation import adaptation_coefficients
 from ..functional.iir import resolve_backend
+from ..functional.resample import kaiser_lowpass
 from ..modules._common import register_coefficients
 from ..modules.adaptation import AdaptationLoops
 from ..modules.drnl import DRNLFilterbank
@@ -213,13 +214,8 @@ class FIRDecimator(_StreamingFIR):
         if self.factor == 1:
             h = np.ones(1)
         else:
-            import scipy.signal  # deferred: its import costs ~0.5 CPU-s
-
-            h = scipy.signal.firwin(
-                taps_per_phase * self.factor + 1,
-                cutoff * fs / (2.0 * self.factor),
-                window=("kaiser", beta),
-                fs=fs,
+            h = kaiser_lowpass(
+                taps_per_phase * self.factor + 1, cutoff * fs / (2.0 * self.factor), beta, fs
             )
         self.register_buffer("weight", torch.as_tensor(h[::-1].copy(), dtype=dtype)[None, None, :])
 
