@@ -27,6 +27,7 @@ __all__ = [
     "excitation_moore2016",
     "excitation_gm2002",
     "SpecificLoudnessParams",
+    "pchip_interpolate",
     "specific_loudness_params",
     "specific_loudness",
 ]
@@ -206,10 +207,58 @@ def excitation_gm2002(
 # ----------------------------------------------------------------------------------------------
 # specific loudness
 # ----------------------------------------------------------------------------------------------
-def _pchip(x: np.ndarray, y: np.ndarray, xi: np.ndarray, extrapolate: bool) -> np.ndarray:
-    from scipy.interpolate import PchipInterpolator
+def _pchip_slopes(h: np.ndarray, m: np.ndarray) -> np.ndarray:
+    # knot derivatives of the shape-preserving piecewise-cubic Hermite interpolant (Fritsch &
+    # Carlson 1980; Fritsch & Butland 1984): the weighted harmonic mean of the neighbouring
+    # secant slopes m where they have the same sign (else 0); at the ends the one-sided
+    # three-point estimate, limited to keep the shape (Moler 2004, Numerical Computing with
+    # MATLAB, Sec. 3.6, pchiptx)
+    if len(m) == 1:
+        return np.array([m[0], m[0]])
+    d = np.zeros(len(m) + 1)
+    w1 = 2.0 * h[1:] + h[:-1]
+    w2 = h[1:] + 2.0 * h[:-1]
+    same = (np.sign(m[1:]) == np.sign(m[:-1])) & (m[1:] != 0.0) & (m[:-1] != 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        whmean = (w1 / m[:-1] + w2 / m[1:]) / (w1 + w2)
+    d[1:-1][same] = 1.0 / whmean[same]
 
-    out = PchipInterpolator(x, y, extrapolate=True)(xi)
+    def end(h0: float, h1: float, m0: float, m1: float) -> float:
+        e = ((2.0 * h0 + h1) * m0 - h0 * m1) / (h0 + h1)
+        if np.sign(e) != np.sign(m0):
+            return 0.0
+        if np.sign(m0) != np.sign(m1) and abs(e) > 3.0 * abs(m0):
+            return 3.0 * m0
+        return e
+
+    d[0] = end(h[0], h[1], m[0], m[1])
+    d[-1] = end(h[-1], h[-2], m[-1], m[-2])
+    return d
+
+
+def pchip_interpolate(x: np.ndarray, y: np.ndarray, xi: np.ndarray) -> np.ndarray:
+    """Shape-preserving piecewise-cubic Hermite interpolation (PCHIP; MATLAB ``interp1(...,
+    'pchip')``, :class:`scipy.interpolate.PchipInterpolator`) of the knots ``(x, y)``
+    (``x`` strictly increasing, at least 2 knots) at ``xi``; outside ``[x[0], x[-1]]`` the
+    end pieces are extrapolated. float64."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    xi = np.asarray(xi, dtype=np.float64)
+    h = np.diff(x)
+    m = np.diff(y) / h
+    d = _pchip_slopes(h, m)
+    # cubic of each piece in the local coordinate s = xi - x[i]: c0 s^3 + c1 s^2 + c2 s + c3
+    t = (d[:-1] + d[1:] - 2.0 * m) / h
+    c0 = t / h
+    c1 = (m - d[:-1]) / h - t
+    i = np.clip(np.searchsorted(x, xi, side="right") - 1, 0, len(x) - 2)
+    s = xi - x[i]
+    s2 = s * s
+    return ((y[:-1][i] + d[:-1][i] * s) + c1[i] * s2) + c0[i] * (s2 * s)
+
+
+def _pchip(x: np.ndarray, y: np.ndarray, xi: np.ndarray, extrapolate: bool) -> np.ndarray:
+    out = pchip_interpolate(x, y, xi)
     if not extrapolate:
         out = np.where((xi < x[0]) | (xi > x[-1]), np.nan, out)
     return out
