@@ -11,8 +11,8 @@ plain-torch reference that defines it is the autograd path of
   envelope, the rms sums, the scaling, the copy of the other bands; in the backward the
   whole chain rule but one Hilbert transform) in one numba pass per row on the CPU
   (:mod:`lhotse_amt.kernels.envelope`), one Triton launch on CUDA
-  (``lhotse_amt.kernels.triton_autodiff.envelope_forward``, ...; plain torch on other
-  devices),
+  (:mod:`lhotse_amt.kernels.triton_envelope`), plain torch on other devices (the
+  choice: :class:`lhotse_amt.ops.rowop.DeviceKernels`),
 * a fake implementation (``torch.compile`` / ``torch.export`` trace through it),
 * an analytic backward (operator ``lhotse_amt::rms_envelope_backward``): one more
   Hilbert transform, of ``dL/de h / e``, since ``H`` is antisymmetric (``H^T = -H``).
@@ -23,13 +23,14 @@ Reference: A. King, L. Varnet, C. Lorenzi (2019), JASA 145, 2277-2293.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..kernels import envelope as _cpu
-from .recursions import _gpu
+from .rowop import DeviceKernels
 
 __all__ = ["rms_envelope_rows", "rms_envelope"]
 
@@ -78,24 +79,47 @@ def _backward_torch(
     return gx, (ge * hd * inv).to(h.dtype)
 
 
+def _finish_torch(gx: Tensor, hgh: Tensor, sel: list[int]) -> None:
+    gx[:, sel] -= hgh
+
+
+#: the envelope kernels: numba on the CPU, Triton on CUDA, their functions in plain torch
+#: on other devices
+_KERNELS = DeviceKernels(
+    _cpu,
+    "triton_envelope",
+    attr=None,
+    other=SimpleNamespace(
+        envelope_forward=_forward_torch,
+        envelope_backward_direct=_backward_torch,
+        envelope_backward_finish=_finish_torch,
+    ),
+)
+
+
+def _forward(k: Any, x: Tensor, sel: list[int]) -> tuple[Tensor, Tensor, Tensor]:
+    """The operator's forward with the kernel functions ``k``."""
+    h = _hilbert(x[:, sel])
+    out, stats = k.envelope_forward(x, h, sel)
+    return out, h, stats
+
+
+def _backward_rows(
+    k: Any, g: Tensor, x: Tensor, h: Tensor, stats: Tensor, sel: list[int]
+) -> Tensor:
+    """The backward operator with the kernel functions ``k``: all of the chain rule but
+    one Hilbert transform in the kernels, that transform between them."""
+    gx, gh = k.envelope_backward_direct(g, x, h, stats, sel)
+    k.envelope_backward_finish(gx, _hilbert(gh), sel)
+    return gx
+
+
 @torch.library.custom_op(f"{_LIB}::rms_envelope", mutates_args=())
 def rms_envelope_rows(x: Tensor, sel: list[int]) -> tuple[Tensor, Tensor, Tensor]:
     """``x (R, M, T)`` real, ``sel`` the bands to replace (distinct, in ``[0, M)``) ->
     the output ``(R, M, T)``, the Hilbert transforms of the selected bands ``(R, S, T)``
     and the per-row ``(mean(x^2), mean(e^2))`` ``(R, S, 2)`` float64 (both no gradient)."""
-    h = _hilbert(x[:, sel])
-    if x.device.type == "cpu":
-        out, stats = _cpu.envelope_forward(x, h, sel)
-    else:
-        out, stats = _forward_torch(x, h, sel)
-    return out, h, stats
-
-
-@rms_envelope_rows.register_kernel("cuda")
-def _rms_envelope_cuda(x: Tensor, sel: list[int]):
-    h = _hilbert(x[:, sel])
-    out, stats = _gpu().envelope_forward(x, h, sel)
-    return out, h, stats
+    return _forward(_KERNELS.on(x), x, sel)
 
 
 @rms_envelope_rows.register_fake
@@ -113,21 +137,7 @@ def _(x: Tensor, sel: list[int]):
 def _rms_envelope_backward(
     g: Tensor, x: Tensor, h: Tensor, stats: Tensor, sel: list[int]
 ) -> Tensor:
-    if x.device.type == "cpu":
-        gx, gh = _cpu.envelope_backward_direct(g, x, h, stats, sel)
-        _cpu.envelope_backward_finish(gx, _hilbert(gh), sel)
-        return gx
-    gx, gh = _backward_torch(g, x, h, stats, sel)
-    gx[:, sel] -= _hilbert(gh)
-    return gx
-
-
-@_rms_envelope_backward.register_kernel("cuda")
-def _rms_envelope_backward_cuda(g: Tensor, x: Tensor, h: Tensor, stats: Tensor, sel: list[int]):
-    gpu = _gpu()
-    gx, gh = gpu.envelope_backward_direct(g, x, h, stats, sel)
-    gpu.envelope_backward_finish(gx, _hilbert(gh), sel)
-    return gx
+    return _backward_rows(_KERNELS.on(x), g, x, h, stats, sel)
 
 
 @_rms_envelope_backward.register_fake

@@ -6,8 +6,8 @@ plain-torch reference is ``torch.nn.functional.conv1d(x[:, None, start:], w[None
 stride=stride)``, whose strided backward is slow on the CPU; this operator has
 
 * a CPU kernel (numba, :mod:`lhotse_amt.kernels.fir_grad`: float64 accumulation), a CUDA
-  kernel (Triton, ``lhotse_amt.kernels.triton_autodiff.fir_forward``) and the ``conv1d``
-  reference on other devices,
+  kernel (Triton, :mod:`lhotse_amt.kernels.triton_fir`) and the ``conv1d`` reference on
+  other devices (the choice: :class:`lhotse_amt.ops.rowop.DeviceKernels`),
 * a fake implementation (``torch.compile`` / ``torch.export`` trace through it),
 * a backward operator (``lhotse_amt::strided_fir_backward``) that computes the input and
   tap gradients in one pass over the output gradient.
@@ -15,13 +15,14 @@ stride=stride)``, whose strided backward is slow on the CPU; this operator has
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..kernels import fir_grad as _cpu
-from .recursions import _gpu
+from .rowop import DeviceKernels
 
 __all__ = ["strided_fir_rows", "strided_fir"]
 
@@ -33,18 +34,45 @@ def _conv(x: Tensor, w: Tensor, start: int, stride: int, n_out: int) -> Tensor:
     return y[:, 0, :n_out]
 
 
+def _conv_backward(
+    g: Tensor, x: Tensor, w: Tensor, start: int, stride: int, want_x: bool, want_w: bool
+) -> tuple[Tensor, Tensor]:
+    """The kernels' ``fir_backward`` by ``conv1d``'s autograd; the tap gradient comes
+    summed over the rows already, ``(1, K)``."""
+    with torch.enable_grad():
+        xx = x.detach().requires_grad_(want_x)
+        ww = w.detach().double().requires_grad_(want_w)
+        y = _conv(xx, ww, start, stride, g.shape[1])
+        wrt = [t for t, want in ((xx, want_x), (ww, want_w)) if want]
+        grads = list(torch.autograd.grad(y, wrt, g)) if wrt else []
+    gx = grads.pop(0) if want_x else x.new_empty((x.shape[0], 0))
+    gw = grads.pop(0)[None] if want_w else w.new_zeros((1, 0), dtype=torch.float64)
+    return gx, gw
+
+
+#: the FIR kernels: numba on the CPU, Triton on CUDA, ``conv1d`` on other devices
+_KERNELS = DeviceKernels(
+    _cpu,
+    "triton_fir",
+    attr=None,
+    other=SimpleNamespace(fir_forward=_conv, fir_backward=_conv_backward),
+)
+
+
+def _backward_rows(
+    k: Any, g: Tensor, x: Tensor, w: Tensor, start: int, stride: int, want_x: bool, want_w: bool
+) -> tuple[Tensor, Tensor]:
+    """The backward operator with the kernel functions ``k``: the input gradient and the
+    per-row tap gradients summed."""
+    gx, gw = k.fir_backward(g, x, w, start, stride, want_x, want_w)
+    return gx, gw.sum(0) if want_w else w.new_zeros((0,), dtype=torch.float64)
+
+
 @torch.library.custom_op(f"{_LIB}::strided_fir", mutates_args=())
 def strided_fir_rows(x: Tensor, w: Tensor, start: int, stride: int, n_out: int) -> Tensor:
     """``x (R, Tx)`` real, taps ``w (K,)`` -> ``y (R, n_out)`` in ``x``'s dtype, with
     ``start + (n_out - 1) stride + K <= Tx``."""
-    if x.device.type == "cpu":
-        return _cpu.fir_forward(x, w, start, stride, n_out)
-    return _conv(x, w, start, stride, n_out)
-
-
-@strided_fir_rows.register_kernel("cuda")
-def _strided_fir_cuda(x: Tensor, w: Tensor, start: int, stride: int, n_out: int):
-    return _gpu().fir_forward(x, w, start, stride, n_out)
+    return _KERNELS.on(x).fir_forward(x, w, start, stride, n_out)
 
 
 @strided_fir_rows.register_fake
@@ -56,26 +84,7 @@ def _(x: Tensor, w: Tensor, start: int, stride: int, n_out: int):
 def _strided_fir_backward(
     g: Tensor, x: Tensor, w: Tensor, start: int, stride: int, want_x: bool, want_w: bool
 ) -> tuple[Tensor, Tensor]:
-    if x.device.type == "cpu":
-        gx, gw = _cpu.fir_backward(g, x, w, start, stride, want_x, want_w)
-        return gx, gw.sum(0) if want_w else w.new_zeros((0,), dtype=torch.float64)
-    with torch.enable_grad():
-        xx = x.detach().requires_grad_(want_x)
-        ww = w.detach().double().requires_grad_(want_w)
-        y = _conv(xx, ww, start, stride, g.shape[1])
-        wrt = [t for t, want in ((xx, want_x), (ww, want_w)) if want]
-        grads = list(torch.autograd.grad(y, wrt, g)) if wrt else []
-    gx = grads.pop(0) if want_x else x.new_empty((x.shape[0], 0))
-    gw = grads.pop(0) if want_w else w.new_zeros((0,), dtype=torch.float64)
-    return gx, gw
-
-
-@_strided_fir_backward.register_kernel("cuda")
-def _strided_fir_backward_cuda(
-    g: Tensor, x: Tensor, w: Tensor, start: int, stride: int, want_x: bool, want_w: bool
-):
-    gx, gw = _gpu().fir_backward(g, x, w, start, stride, want_x, want_w)
-    return gx, gw.sum(0) if want_w else w.new_zeros((0,), dtype=torch.float64)
+    return _backward_rows(_KERNELS.on(x), g, x, w, start, stride, want_x, want_w)
 
 
 @_strided_fir_backward.register_fake

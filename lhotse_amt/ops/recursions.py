@@ -32,12 +32,6 @@ from .rowop import DeviceKernels, row_operator
 __all__ = ["sosfilt_rows", "resonator_rows", "adaptation_rows"]
 
 
-def _gpu():
-    from ..kernels import triton_autodiff
-
-    return triton_autodiff
-
-
 _SOS = DeviceKernels(sos_grad.KERNELS, "triton_sos")
 _RESONATOR = DeviceKernels(resonator_grad.KERNELS, "triton_resonator")
 _ADAPTATION = DeviceKernels(adaptation_grad.KERNELS, "triton_adaptation")

@@ -1,4 +1,7 @@
-"""What the row-wise recursion operators share: their kernels per device, and everything
+"""Which kernels an operator runs on which device (:class:`DeviceKernels`: every operator
+with compiled kernels picks them here, the row-wise recursions as well as
+:mod:`lhotse_amt.ops.envelope`, :mod:`lhotse_amt.ops.fir`, :mod:`lhotse_amt.ops.loudness`
+and :mod:`lhotse_amt.ops.paulick`), and what the row-wise recursion operators share: everything
 that follows from an operator's forward (fake implementation, backward operator, autograd
 formula).
 
@@ -36,19 +39,34 @@ _LIB = "lhotse_amt"
 
 
 class DeviceKernels:
-    """An operator's host functions per device: the numba kernels' ``cpu`` on the CPU and
-    the ``KERNELS`` of the Triton module ``kernels.<cuda>`` (imported at first use) on
-    CUDA."""
+    """An operator's host functions per device, the one place that picks an implementation.
 
-    def __init__(self, cpu: Any, cuda: str) -> None:
+    ``cpu`` (the numba kernels) on the CPU; on CUDA the attribute ``attr`` of the Triton
+    module ``lhotse_amt.kernels.<cuda>`` (imported at first use; ``attr=None``: the module
+    itself); on any other device ``other`` (plain torch), or the CUDA functions where
+    ``other`` is ``None`` (operators registered for the CPU and CUDA only)."""
+
+    def __init__(
+        self, cpu: Any, cuda: str, attr: str | None = "KERNELS", other: Any = None
+    ) -> None:
         self._cpu = cpu
         self._cuda = cuda
+        self._attr = attr
+        self._other = other
+
+    def for_device(self, device_type: str) -> Any:
+        """The host functions for the device type ``device_type`` (``"cpu"``, ``"cuda"``,
+        ...): the CUDA ones can thus also run on CPU tensors in Triton's interpreter."""
+        if device_type == "cpu":
+            return self._cpu
+        if device_type != "cuda" and self._other is not None:
+            return self._other
+        mod = importlib.import_module(f"lhotse_amt.kernels.{self._cuda}")
+        return mod if self._attr is None else getattr(mod, self._attr)
 
     def on(self, t: Tensor) -> Any:
         """The host functions for the device of ``t``."""
-        if t.device.type == "cpu":
-            return self._cpu
-        return importlib.import_module(f"lhotse_amt.kernels.{self._cuda}").KERNELS
+        return self.for_device(t.device.type)
 
 
 def incoming(

@@ -22,9 +22,10 @@ import torch
 from lhotse_amt.functional.king2019_modulation import phase_insensitivity
 from lhotse_amt.kernels import envelope as cpu
 from lhotse_amt.kernels import triton_envelope as tri
-from lhotse_amt.ops.envelope import (
-    _hilbert, _rms_envelope_backward_cuda, _rms_envelope_cuda, rms_envelope_rows,
-)
+from lhotse_amt.ops.envelope import _KERNELS, _backward_rows, _forward, _hilbert, rms_envelope_rows
+
+cuda = _KERNELS.for_device("cuda")  # the operator's kernel choice on CUDA
+assert cuda is tri and _KERNELS.for_device("cpu") is cpu
 
 torch.manual_seed(0)
 sel = [1, 3, 4]
@@ -67,7 +68,7 @@ for dt, T in ((torch.float64, 301), (torch.float32, 256)):
 
     # the operator's CUDA implementations on CPU tensors: the CPU operator and the
     # reference's autograd
-    out, hh, st = _rms_envelope_cuda(xr, sel)
+    out, hh, st = _forward(cuda, xr, sel)
     cout, ch, cst = rms_envelope_rows(xr, sel)
     close("op out", out, cout, tol)
     assert torch.equal(hh, ch)
@@ -75,7 +76,7 @@ for dt, T in ((torch.float64, 301), (torch.float32, 256)):
     xg = x.double().requires_grad_(True)
     pref = phase_insensitivity(xg, mfc, 10.0, backend="reference")
     close("op out vs reference", out.reshape(x.shape), pref.detach().to(dt), rtol)
-    gin = _rms_envelope_backward_cuda(g, xr, hh, st, sel).reshape(x.shape)
+    gin = _backward_rows(cuda, g, xr, hh, st, sel).reshape(x.shape)
     (gref,) = torch.autograd.grad(pref, xg, g.double().reshape(x.shape))
     # (the reference's gradient of the all-zero band is not finite: that row is left out)
     ok = gref.isfinite().all(-1)

@@ -20,7 +20,10 @@ import torch
 from lhotse_amt.kernels import fir_grad as cpu
 from lhotse_amt.kernels import triton_fir as tri
 from lhotse_amt.ops.fir import _conv as conv
-from lhotse_amt.ops.fir import _strided_fir_backward_cuda, _strided_fir_cuda, strided_fir_rows
+from lhotse_amt.ops.fir import _KERNELS, _backward_rows, strided_fir_rows
+
+cuda = _KERNELS.for_device("cuda")  # the operator's kernel choice on CUDA
+assert cuda is tri and _KERNELS.for_device("cpu") is cpu
 
 torch.manual_seed(0)
 
@@ -64,8 +67,8 @@ for K, stride, start, Tx, dt in CASES:
     # the operator's CUDA implementations on CPU tensors: the CPU operator and conv1d's
     # autograd
     op_y = strided_fir_rows(x, w, start, stride, n_out)
-    close("op y", _strided_fir_cuda(x, w, start, stride, n_out), op_y, tol)
-    gx, gw = _strided_fir_backward_cuda(g, x, w, start, stride, True, True)
+    close("op y", cuda.fir_forward(x, w, start, stride, n_out), op_y, tol)
+    gx, gw = _backward_rows(cuda, g, x, w, start, stride, True, True)
     xr = x.double().requires_grad_(True)
     wr = w.double().requires_grad_(True)
     rx, rw = torch.autograd.grad(conv(xr, wr, start, stride, n_out), [xr, wr], g.double())

@@ -9,7 +9,7 @@ import torch
 import lhotse_amt
 from lhotse_amt import ops
 from lhotse_amt.functional import king2019_modulation as K
-from lhotse_amt.ops.envelope import rms_envelope_rows
+from lhotse_amt.ops.envelope import _KERNELS, _backward_rows, _forward, rms_envelope_rows
 
 D = torch.float64
 
@@ -66,6 +66,25 @@ def test_opcheck():
     x = _bands((3, 4, 64), 4).requires_grad_(True)
     torch.library.opcheck(rms_envelope_rows, (x, [0, 2]))
     torch.library.opcheck(rms_envelope_rows, (x.detach().float(), [1, 2, 3]))
+
+
+@pytest.mark.parametrize("dtype", [D, torch.float32])
+def test_plain_torch_functions_of_other_devices_equal_the_cpu_kernels(dtype):
+    # what the operator runs on a device without compiled kernels, on CPU tensors
+    other, cpu = _KERNELS.for_device("mps"), _KERNELS.for_device("cpu")
+    assert other is not cpu
+    x = _bands((4, 5, 203), 8, dtype)
+    x[1, 3] = 0.0  # an all-zero selected band
+    sel = [0, 3, 4]
+    got, ref = _forward(other, x, sel), _forward(cpu, x, sel)
+    tol = 1e-12 if dtype == D else 1e-5
+    for a, b in zip(got, ref, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert float((a - b).abs().max()) <= tol * float(b.abs().max())
+    g = _bands(x.shape, 9, dtype)
+    gx = _backward_rows(other, g, x, *ref[1:], sel)
+    gr = _backward_rows(cpu, g, x, *ref[1:], sel)
+    assert gx.dtype == gr.dtype and float((gx - gr).abs().max()) <= tol * float(gr.abs().max())
 
 
 def test_gradcheck_float64():

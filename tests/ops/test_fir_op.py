@@ -8,7 +8,7 @@ import torch
 
 import lhotse_amt
 from lhotse_amt import ops
-from lhotse_amt.ops.fir import strided_fir_rows
+from lhotse_amt.ops.fir import _KERNELS, _backward_rows, strided_fir_rows
 
 D = torch.float64
 
@@ -52,6 +52,31 @@ def test_opcheck():
     w = torch.randn(11, dtype=D, requires_grad=True)
     torch.library.opcheck(strided_fir_rows, (x, w, 2, 4, 20))
     torch.library.opcheck(strided_fir_rows, (x.detach().float(), w.detach().float(), 0, 3, 30))
+
+
+@pytest.mark.parametrize("dtype", [D, torch.float32])
+def test_conv1d_functions_of_other_devices_equal_the_cpu_kernels(dtype):
+    # what the operator runs on a device without compiled kernels, on CPU tensors
+    other, cpu = _KERNELS.for_device("mps"), _KERNELS.for_device("cpu")
+    assert other is not cpu
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 300, generator=g, dtype=dtype)
+    w = torch.randn(13, generator=g, dtype=dtype)
+    start, stride, n_out = 2, 3, 90
+    tol = 1e-12 if dtype == D else 1e-5
+    y, ry = (
+        other.fir_forward(x, w, start, stride, n_out),
+        cpu.fir_forward(x, w, start, stride, n_out),
+    )
+    assert y.dtype == ry.dtype and float((y - ry).abs().max()) <= tol * float(ry.abs().max())
+    gy = torch.randn(ry.shape, generator=g, dtype=dtype)
+    for want_x, want_w in ((True, True), (True, False), (False, True)):
+        got = _backward_rows(other, gy, x, w, start, stride, want_x, want_w)
+        ref = _backward_rows(cpu, gy, x, w, start, stride, want_x, want_w)
+        for a, b in zip(got, ref, strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            if b.numel():
+                assert float((a - b).abs().max()) <= tol * float(b.abs().max())
 
 
 def test_gradcheck_float64():
