@@ -35,3 +35,31 @@ def test_import_registers_extractors_without_heavy_modules() -> None:
         "amt-paulick2024",
     ]
     assert result["heavy"] == []
+
+
+_EXTRACT = r"""
+import json, sys
+import numpy as np
+from lhotse.features.base import FEATURE_EXTRACTORS
+import lhotse_amt
+heavy = ("scipy.signal", "scipy.interpolate", "scipy.stats", "matplotlib")
+found = {}
+for name in sorted(k for k in FEATURE_EXTRACTORS if k.startswith("amt-")):
+    ex = FEATURE_EXTRACTORS[name]()
+    sr = ex.config.sampling_rate
+    x = 0.05 * np.random.default_rng(0).standard_normal((getattr(ex, "input_channels", 1), sr // 4))
+    ex.extract(x.astype(np.float32), sr)
+    found[name] = [m for m in heavy if m in sys.modules]
+print(json.dumps(found))
+"""
+
+
+def test_first_extracts_import_no_heavy_modules() -> None:
+    # the extractors' default configurations design and run their filters without
+    # scipy.signal / scipy.interpolate (each about half a CPU-second at a first extract)
+    out = subprocess.run(
+        [sys.executable, "-c", _EXTRACT], capture_output=True, text=True, check=True, timeout=1800
+    )
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(found) == 6
+    assert all(v == [] for v in found.values()), found
