@@ -71,6 +71,8 @@ _LOG2E_F = np.float32(1.4426950408889634)
 _LN2HI_F = np.float32(0.693359375)
 _LN2LO_F = np.float32(-2.12194440e-4)
 _E = tuple(np.float32(1.0 / f) for f in (1, 1, 2, 6, 24, 120, 720, 5040, 40320))
+# the degree-8 Taylor coefficients of exp in float64
+_E64 = tuple(1.0 / f for f in (1, 1, 2, 6, 24, 120, 720, 5040, 40320))
 
 
 @intrinsic
@@ -182,24 +184,33 @@ def assume_distinct_arrays(typingctx):  # pragma: no cover - compiled
     return sig, codegen
 
 
-@intrinsic
-def f32_bits(typingctx, x):  # pragma: no cover - compiled
-    sig = types.int32(types.float32)
+def _bitcast(name: str, src, dst, llvm_dst):  # noqa: ANN001, ANN202
+    """An intrinsic reinterpreting the bits of a ``src`` value as a ``dst`` value."""
 
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(32))
+    def impl(typingctx, x):  # noqa: ANN001, ANN202  # pragma: no cover - compiled
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            return builder.bitcast(args[0], llvm_dst)
 
-    return sig, codegen
+        return dst(src), codegen
+
+    impl.__name__ = impl.__qualname__ = name
+    return intrinsic(impl)
 
 
-@intrinsic
-def f32_from_bits(typingctx, i):  # pragma: no cover - compiled
-    sig = types.float32(types.int32)
+f32_bits = _bitcast("f32_bits", types.float32, types.int32, ir.IntType(32))
+f32_from_bits = _bitcast("f32_from_bits", types.int32, types.float32, ir.FloatType())
+f64_bits = _bitcast("f64_bits", types.float64, types.int64, ir.IntType(64))
+f64_from_bits = _bitcast("f64_from_bits", types.int64, types.float64, ir.DoubleType())
 
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.FloatType())
 
-    return sig, codegen
+@njit(inline="always", **_F)
+def horner(x, c):  # pragma: no cover - compiled
+    # c[n] x^n + ... + c[1] x + c[0] as ((c[n] x + c[n-1]) x + ...) x + c[0], c a tuple of
+    # constants, lowest degree first (the loop unrolls into the written-out chain)
+    p = c[len(c) - 1]
+    for i in range(len(c) - 2, -1, -1):
+        p = p * x + c[i]
+    return p
 
 
 @njit(inline="always", **_F)
@@ -209,26 +220,7 @@ def exp32_nonpos_inline(u):  # pragma: no cover - compiled
     # < 6e-9 relative), 2^k from the float32 exponent bits
     k = np.floor(u * _LOG2E_F + np.float32(0.5))
     r = (u - k * _LN2HI_F) - k * _LN2LO_F
-    p = _E[8]
-    p = p * r + _E[7]
-    p = p * r + _E[6]
-    p = p * r + _E[5]
-    p = p * r + _E[4]
-    p = p * r + _E[3]
-    p = p * r + _E[2]
-    p = p * r + _E[1]
-    p = p * r + _E[0]
-    return p * f32_from_bits((np.int32(k) + np.int32(127)) << np.int32(23))
-
-
-@intrinsic
-def f64_from_bits(typingctx, i):  # pragma: no cover - compiled
-    sig = types.float64(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-
-    return sig, codegen
+    return horner(r, _E) * f32_from_bits((np.int32(k) + np.int32(127)) << np.int32(23))
 
 
 _LN2HI = 6.93147180369123816490e-01
@@ -258,16 +250,6 @@ _MANT = np.int64(0x000FFFFFFFFFFFFF)
 _ONE_BITS = np.int64(0x3FF0000000000000)
 
 
-@intrinsic
-def f64_bits(typingctx, x):  # pragma: no cover - compiled
-    sig = types.int64(types.float64)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(64))
-
-    return sig, codegen
-
-
 @njit(inline="always", **_F)
 def pow_pos_inline(a, n):  # pragma: no cover - compiled
     # a^n for a normal positive float64 and |n log a| < 700 without library calls
@@ -288,16 +270,7 @@ def pow_pos_inline(a, n):  # pragma: no cover - compiled
     y = n * (np.float64(e) * _LN2 + lm)
     k = np.floor(y * _LOG2E + 0.5)
     r = (y - k * _LN2HI) - k * _LN2LO
-    p = 1.0 / 40320.0
-    p = p * r + 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    p = p * r + 1.0
-    p = p * r + 1.0
-    return p * f64_from_bits((np.int64(k) + 1023) << 52)
+    return horner(r, _E64) * f64_from_bits((np.int64(k) + 1023) << 52)
 
 
 # --------------------------------------------------------------------------------------
