@@ -42,7 +42,7 @@ _ROWS = 4  # rows per block
 _COLS = 512  # columns per block
 
 
-@njit(**KERNEL_OPTS)
+@njit(inline="always", **KERNEL_OPTS)
 def _rows4(a, b, out, i, uj0, n, K):  # pragma: no cover - compiled
     # rows i .. i + 3, columns uj0 .. uj0 + n (unsigned: no wraparound code, the column
     # loops vectorise); four k terms per pass, each element's chain in ascending k
@@ -110,7 +110,7 @@ def _rows4(a, b, out, i, uj0, n, K):  # pragma: no cover - compiled
         k += 1
 
 
-@njit(**KERNEL_OPTS)
+@njit(inline="always", **KERNEL_OPTS)
 def _row1(a, b, out, i, uj0, n, K):  # pragma: no cover - compiled
     o0 = out[i]
     for j in range(n):
@@ -122,12 +122,11 @@ def _row1(a, b, out, i, uj0, n, K):  # pragma: no cover - compiled
             o0[uj0 + j] += a0 * b0[uj0 + j]
 
 
-@njit(**KERNEL_OPTS)
+@njit(inline="always", **KERNEL_OPTS)
 def _block(a, b, out, t, nc):  # pragma: no cover - compiled
-    # block t of the (row blocks x column blocks) grid, nc column blocks
-    assume_distinct_arrays()
-    prefer_wide_vectors()
-    fp = denormals_off()
+    # block t of the (row blocks x column blocks) grid, nc column blocks. The helpers are
+    # inlined into the one compiled kernel: as separate functions each would be compiled,
+    # and optimised again inside its caller, at a process's first product
     M, K = a.shape
     N = b.shape[1]
     i0 = (t // nc) * _ROWS
@@ -142,15 +141,18 @@ def _block(a, b, out, t, nc):  # pragma: no cover - compiled
     while i < i1:
         _row1(a, b, out, i, uj0, n, K)
         i += 1
-    restore_fp_mode(fp)
 
 
 @njit(**KERNEL_OPTS)
 def _matmul_serial(a, b, out):  # pragma: no cover - compiled
+    assume_distinct_arrays()
+    prefer_wide_vectors()
+    fp = denormals_off()
     nc = (b.shape[1] + _COLS - 1) // _COLS
     nt = (a.shape[0] + _ROWS - 1) // _ROWS * nc
     for t in range(nt):
         _block(a, b, out, t, nc)
+    restore_fp_mode(fp)
 
 
 #: dtype -> the compiled ``_matmul_serial`` for (any-layout ``a``, C-contiguous ``b``, ``out``)
