@@ -37,22 +37,18 @@ if HAVE_TRITON:
         return tl.exp(t)
 
     @triton.jit
-    def _adapt_block(
-        xp, n, a_ptr, m_ptr, c, J, z_ptr, r64, rm, rp, RV, PV, minlvl,
+    def adapt_planes(
+        n, a_ptr, m_ptr, c, J, z_ptr, r64, rm, rp, RV, PV,
         USE_LIMIT: tl.constexpr, RECORD: tl.constexpr,
     ):  # fmt: skip
-        # n samples of the rows (xp: their first sample in x) through the J loops, loop
-        # by loop. Scratch planes (CK, RP) from rp: 0, 1 the chain (loop j reads slot
-        # j % 2, writes the other; the output ends in slot J % 2); RECORD: per loop j the
-        # terms of the adjoint step at planes 3 + p J + j: s - v_out (p = 0), 1 / s (1),
-        # w / s (2), d lim / dw (3) and d lim / dm (4) (USE_LIMIT only). States z (R, J)
-        # float64 advanced in place.
-        p = rp
-        for _i in range(n):
-            q0 = tl.load(xp).to(tl.float64)
-            tl.store(p, tl.where(q0 > minlvl, q0, minlvl))
-            xp += 1
-            p += RV
+        """``n`` samples of the rows (already floored at the minimum level) through the
+        ``J`` loops (coefficient rows ``c`` of ``a``, ``m`` ``(Rc, J)``), loop by loop.
+        Scratch planes from ``rp``: 0, 1 the chain (slot 0: the input; loop ``j`` reads
+        slot ``j % 2``, writes the other; the output ends in slot ``J % 2``); ``RECORD``:
+        per loop ``j`` the terms of the adjoint step at planes ``3 + p J + j``:
+        ``s - v_out`` (p = 0), ``1 / s`` (1), ``w / s`` (2), ``d lim / dw`` (3) and
+        ``d lim / dm`` (4) (``USE_LIMIT`` only). States ``z (R, J)`` float64 of rows
+        ``r64`` advanced in place."""
         for j in range(J):
             aj = tl.load(a_ptr + c * J + j)
             mj = tl.load(m_ptr + c * J + j)
@@ -86,9 +82,24 @@ if HAVE_TRITON:
             tl.store(z_ptr + r64 * J + j, sj, mask=rm)
 
     @triton.jit
+    def _adapt_block(
+        xp, n, a_ptr, m_ptr, c, J, z_ptr, r64, rm, rp, RV, PV, minlvl,
+        USE_LIMIT: tl.constexpr, RECORD: tl.constexpr,
+    ):  # fmt: skip
+        # n samples of the rows (xp: their first sample in x), floored at minlvl, into
+        # slot 0 and through the J loops (adapt_planes; scratch layout there)
+        p = rp
+        for _i in range(n):
+            q0 = tl.load(xp).to(tl.float64)
+            tl.store(p, tl.where(q0 > minlvl, q0, minlvl))
+            xp += 1
+            p += RV
+        adapt_planes(n, a_ptr, m_ptr, c, J, z_ptr, r64, rm, rp, RV, PV, USE_LIMIT, RECORD)
+
+    @triton.jit
     def _adapt_fwd_kernel(
         x_ptr, xrow_ptr, a_ptr, m_ptr, crow_ptr, z_ptr, y_ptr, ck_ptr, rec_ptr, R, RP, T, J,
-        minlvl, USE_LIMIT: tl.constexpr, KEEP: tl.constexpr, CK: tl.constexpr,
+        minlvl: tl.float64, USE_LIMIT: tl.constexpr, KEEP: tl.constexpr, CK: tl.constexpr,
         BLOCK: tl.constexpr,
     ):  # fmt: skip
         # z (R, J): zi on entry, zf on exit; ck (R, nb, J) (KEEP); rec (2, CK, RP) scratch
@@ -111,7 +122,7 @@ if HAVE_TRITON:
     @triton.jit
     def _adapt_bwd_kernel(
         gy_ptr, x_ptr, xrow_ptr, a_ptr, m_ptr, crow_ptr, ck_ptr, z_ptr, lam_ptr, gx_ptr,
-        ga_ptr, gm_ptr, rec_ptr, R, RP, T, J, minlvl,
+        ga_ptr, gm_ptr, rec_ptr, R, RP, T, J, minlvl: tl.float64,
         USE_LIMIT: tl.constexpr, WANT_X: tl.constexpr, CK: tl.constexpr, BLOCK: tl.constexpr,
     ):  # fmt: skip
         # z (R, J) scratch states; lam (R, J): gzf on entry, gzi on exit; ga, gm (R, J)

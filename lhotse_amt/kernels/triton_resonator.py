@@ -39,17 +39,14 @@ if HAVE_TRITON:
         return pr, pi, gr, gi, tl.load(mode_ptr + c) != 0
 
     @triton.jit
-    def _res_block(xp, n, pr, pi, K, z_ptr, r64, rm, rp, RV, PV, RECORD: tl.constexpr):
-        # n samples of the rows (xp: their first sample in x) through the K sections,
-        # section by section. Scratch planes (CK, RP) from rp: 0-3 the chain (slot 0 real,
-        # imaginary, slot 1 real, imaginary: section q reads slot q % 2, writes the other;
-        # u_K ends in slot K % 2); RECORD: 4 + q / 4 + K + q the section states before
-        # each sample (real / imaginary). States z (R, K, 2) float64 advanced in place.
-        load_plane(xp, rp, n, RV)
-        p = rp + PV
-        for _i in range(n):
-            tl.store(p, tl.zeros(RV.shape, tl.float64))
-            p += RV
+    def res_planes(n, pr, pi, K, z_ptr, r64, rm, rp, RV, PV, RECORD: tl.constexpr):
+        """``n`` samples of the rows through ``K`` complex one-pole sections with the
+        rows' pole ``pr + i pi``, section by section. Scratch planes from ``rp``: 0-3 the
+        chain (slot 0 real, imaginary, the input, already there; slot 1 real, imaginary:
+        section ``q`` reads slot ``q % 2``, writes the other; ``u_K`` ends in slot
+        ``K % 2``); ``RECORD``: planes ``4 + q`` / ``4 + K + q`` the section states before
+        each sample (real / imaginary). States ``z (R, K, 2)`` float64 of rows ``r64``
+        advanced in place."""
         for q in range(K):
             zo = (r64 * K + q) * 2
             sr = tl.load(z_ptr + zo, mask=rm, other=0.0)
@@ -74,6 +71,23 @@ if HAVE_TRITON:
                 pd += RV
             tl.store(z_ptr + zo, sr, mask=rm)
             tl.store(z_ptr + zo + 1, si, mask=rm)
+
+    @triton.jit
+    def real_input(xp, n, rp, RV, PV):
+        """``n`` samples of the rows (``xp``: their first sample) as the real input of
+        :func:`res_planes` (slot 0: real part from ``xp``, imaginary part 0)."""
+        load_plane(xp, rp, n, RV)
+        p = rp + PV
+        for _i in range(n):
+            tl.store(p, tl.zeros(RV.shape, tl.float64))
+            p += RV
+
+    @triton.jit
+    def _res_block(xp, n, pr, pi, K, z_ptr, r64, rm, rp, RV, PV, RECORD: tl.constexpr):
+        # n samples of the rows (xp: their first sample in x) through the K sections
+        # (res_planes; scratch layout there)
+        real_input(xp, n, rp, RV, PV)
+        res_planes(n, pr, pi, K, z_ptr, r64, rm, rp, RV, PV, RECORD)
 
     @triton.jit
     def _res_fwd_kernel(

@@ -35,13 +35,13 @@ if HAVE_TRITON:
         return tl.load(cb), tl.load(cb + 1), tl.load(cb + 2), tl.load(cb + 4), tl.load(cb + 5)
 
     @triton.jit
-    def _sos_block(xp, n, sos_ptr, c, S, z_ptr, r64, rm, wp, RV, NSLOT, CK: tl.constexpr):
-        # n samples of the rows (xp: their first sample in x) through the S sections,
-        # section by section: w slot s holds section s's input (slot 0: x), slot
-        # (s + 1) % NSLOT its output (wp: slot 0, sample 0 of the rows in the scratch
-        # (NSLOT, CK, RP)); the section states z (R, S, 2) float64 are advanced in place
-        load_plane(xp, wp, n, RV)
-        PV = RV * CK
+    def sos_planes(n, sos_ptr, c, S, z_ptr, r64, rm, wp, RV, PV, NSLOT):
+        """``n`` samples of the rows through the ``S`` sections (coefficient rows ``c`` of
+        ``sos (Rc, S, 6)``), section by section over scratch planes: slot ``s`` (plane
+        ``wp + s % NSLOT``) holds section ``s``'s input (slot 0: the signal, already
+        there), slot ``(s + 1) % NSLOT`` its output, so the result ends in slot
+        ``S % NSLOT``; the section states ``z (R, S, 2)`` float64 of rows ``r64`` are
+        advanced in place."""
         for s in range(S):
             b0, b1, b2, a1, a2 = _sos_coefs(sos_ptr, c, S, s)
             zo = (r64 * S + s) * 2
@@ -59,6 +59,13 @@ if HAVE_TRITON:
                 pd += RV
             tl.store(z_ptr + zo, z1, mask=rm)
             tl.store(z_ptr + zo + 1, z2, mask=rm)
+
+    @triton.jit
+    def _sos_block(xp, n, sos_ptr, c, S, z_ptr, r64, rm, wp, RV, NSLOT, CK: tl.constexpr):
+        # n samples of the rows (xp: their first sample in x) into slot 0 of the scratch
+        # (NSLOT, CK, RP) at wp and through the S sections (sos_planes)
+        load_plane(xp, wp, n, RV)
+        sos_planes(n, sos_ptr, c, S, z_ptr, r64, rm, wp, RV, RV * CK, NSLOT)
 
     @triton.jit
     def _sos_fwd_kernel(
