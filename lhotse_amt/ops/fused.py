@@ -8,12 +8,20 @@ here, with
 
 * a CPU kernel (the fused numba chain), registered at the dispatcher level
   (``torch.library.Library``: a call costs no ``torch.compile`` machinery),
+* for the pooled chains (``casp_pooled``, ``king_pooled``, ``modulation_pooled``) a CUDA
+  kernel: one Triton launch that runs the chain and pools inside the kernel, so no
+  sample-rate tensor is made on the GPU either (:mod:`lhotse_amt.kernels.triton_casp_pooled`,
+  :mod:`~lhotse_amt.kernels.triton_king_pooled`,
+  :mod:`~lhotse_amt.kernels.triton_modulation_pooled`; :func:`pooled_runs_on` says where
+  they run); ``pool_held`` (the held-frame pooling of a decimated signal) has one too,
 * a fake implementation (shapes only),
-* no gradient: the operators serve inference; under autograd, on CUDA and while
+* no gradient: the operators serve inference; under autograd and while
   ``torch.compile``/``torch.export`` trace a model, the models run their stages as the
-  differentiable operators (:mod:`lhotse_amt.ops.recursions`) instead. The operators are
+  differentiable operators (:mod:`lhotse_amt.ops.recursions`) instead. The operators
+  without a CUDA kernel (``casp_samples_``, ``king_samples_``, ``agc_stream``) are
   registered for the CPU only: called with CUDA tensors the dispatcher raises
-  ``NotImplementedError`` (the models never do; they take the differentiable path there).
+  ``NotImplementedError`` (the models never do: on CUDA they run their stages as the
+  differentiable operators).
 
 The pooled operators implement the frame definition of
 :func:`lhotse_amt.functional.framing.frame_mean` inside their sample loop: they return
@@ -24,7 +32,8 @@ compare them with :func:`~lhotse_amt.functional.framing.frame_mean` of the sampl
 A kernel's coefficient layout (its *plan*, built once per model by :func:`casp_plan` /
 :func:`king_plan`) is not a tensor; the operators receive it as an integer handle
 (:func:`plan_handle`) into a registry of live plans. Streaming states cross the operator
-boundary as :class:`KernelState` (named arrays in the kernel's own layout).
+boundary as :class:`KernelState` (named arrays in the kernel's own layout; the CUDA
+kernels have layouts of their own, so a stream stays on the device that started it).
 """
 
 from __future__ import annotations
@@ -59,6 +68,7 @@ __all__ = [
     "modulation_pooled_supported",
     "plan_handle",
     "pool_held",
+    "pooled_runs_on",
 ]
 
 _LIB = "lhotse_amt"
@@ -67,17 +77,42 @@ _LIB = "lhotse_amt"
 _lib = torch.library.Library(_LIB, "FRAGMENT")
 
 
-def _cpu_op(schema: str) -> Any:
-    """Define ``lhotse_amt::<schema>`` with the decorated function as its CPU kernel; the
+def _cpu_op(schema: str, cuda: bool = False) -> Any:
+    """Define ``lhotse_amt::<schema>`` with the decorated function as its CPU kernel (and,
+    with ``cuda``, as its CUDA kernel: the function then branches on the device); the
     decorator returns the operator."""
     name = schema.split("(", 1)[0]
 
     def register(fn: Any) -> Any:
         _lib.define(schema)
         _lib.impl(name, fn, "CPU")
+        if cuda:
+            _lib.impl(name, fn, "CUDA")
         return getattr(getattr(torch.ops, _LIB), name).default
 
     return register
+
+
+def pooled_runs_on(device: torch.device) -> bool:
+    """Whether the pooled operators (``casp_pooled``, ``king_pooled``,
+    ``modulation_pooled``, ``pool_held``) have a kernel for ``device``: the CPU, and CUDA
+    where Triton is installed."""
+    if device.type == "cpu":
+        return True
+    if device.type == "cuda":
+        from ..kernels.triton_common import HAVE_TRITON
+
+        return HAVE_TRITON
+    return False
+
+
+def _triton(name: str) -> Any:
+    """The Triton kernel module ``lhotse_amt.kernels.triton_<name>`` (imported on first
+    use): a pooled chain's (``casp_pooled``, ...) or their shared host side
+    (``pooled``)."""
+    from importlib import import_module
+
+    return import_module(f"..kernels.triton_{name}", __package__)
 
 
 def _fake(name: str) -> Any:
@@ -140,17 +175,21 @@ def _pooled_operator(
 ) -> Callable[..., tuple[Tensor, KernelState]]:
     """Define the pooled operator ``lhotse_amt::name`` of a fused chain (``kernel``: its
     block-sum function; ``keys``: the names of its state arrays by their number;
-    ``bands(plan)``: bands per channel of the sums) and return its caller
+    ``bands(plan)``: bands per channel of the sums; its CUDA kernel runs the chain's
+    Triton module, :func:`_triton`) and return its caller
     ``(plan, x, state, hop, ends, square) -> (sums, new state)``."""
 
     @_cpu_op(
         f"{name}(Tensor x, int plan, Tensor[] state, int hop, int[] ends, bool square)"
-        " -> (Tensor, Tensor[])"
+        " -> (Tensor, Tensor[])",
+        cuda=True,
     )
     def op(
         x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
     ) -> tuple[Tensor, list[Tensor]]:
         p = _plan(plan)
+        if x.device.type != "cpu":
+            return _triton("pooled").pooled(_triton(name), p, x, state, hop, ends, square)
         k = _state_keys(keys, state)
         sums, new = kernel(p, x, dict(zip(k, (s.numpy() for s in state))), hop, ends, square)
         return sums.contiguous(), [torch.from_numpy(new[n]) for n in k]
@@ -167,7 +206,10 @@ def _pooled_operator(
     def call(
         plan: Any, x: Tensor, state: KernelState | None, hop: int, ends: list[int], square: bool
     ) -> tuple[Tensor, KernelState]:
-        if state is None:  # the rest state in the layout of the kernel that will run
+        if state is None and x.device.type != "cpu":  # the CUDA kernel's rest state
+            gpu = _triton(name)
+            state = KernelState(gpu.STATE_KEYS, tuple(gpu.rest_state(plan, x.shape[0], x.device)))
+        elif state is None:  # the rest state in the layout of the kernel that will run
             _, st = kernel(plan, x[:, :0], None, hop, [0] * x.shape[0], square)
             state = KernelState.from_arrays(st)
         sums, new = op(x, plan_handle(plan), list(state.arrays), hop, ends, square)
@@ -305,7 +347,8 @@ def modulation_pooled_supported(mod: torch.nn.Module) -> bool:
 @_cpu_op(
     "modulation_pooled(Tensor x, Tensor lp_sos, Tensor? prefilter_sos, Tensor pole, "
     "Tensor gain, Tensor use_abs, Tensor scale, Tensor[] state, Tensor starts, Tensor stops, "
-    "Tensor counts, int R, bool rms) -> (Tensor, Tensor[])"
+    "Tensor counts, int R, bool rms) -> (Tensor, Tensor[])",
+    cuda=True,
 )
 def _modulation_pooled(
     x: Tensor,
@@ -323,11 +366,16 @@ def _modulation_pooled(
     rms: bool,
 ) -> tuple[Tensor, list[Tensor]]:
     keys = ("lp", "bp", "pre")[: len(state)]
-    out, new = _modbank.modulation_bank_pooled(
-        x, lp_sos, prefilter_sos, pole, gain, use_abs, scale, dict(zip(keys, state)) or None,
-        starts.numpy(), stops.numpy(), counts.numpy(), R, rms,
-    )  # fmt: skip
-    return torch.from_numpy(out), [new[k] for k in ("lp", "bp", "pre") if k in new]
+    st = dict(zip(keys, state)) or None
+    filters = (lp_sos, prefilter_sos, pole, gain, use_abs, scale)
+    if x.device.type != "cpu":
+        frames = (starts, stops, counts)
+        out, new = _triton("modulation_pooled").modulation_pooled(x, filters, st, frames, R, rms)
+    else:
+        f = (starts.numpy(), stops.numpy(), counts.numpy())
+        out_np, new = _modbank.modulation_bank_pooled(x, *filters, st, *f, R, rms)
+        out = torch.from_numpy(out_np)
+    return out, [new[k] for k in ("lp", "bp", "pre") if k in new]
 
 
 @_fake("modulation_pooled")
@@ -386,8 +434,13 @@ def modulation_pooled(
     return out, dict(zip(("lp", "bp", "pre"), new))
 
 
-@_cpu_op("pool_held(Tensor y, Tensor cols, Tensor starts, Tensor stops, int R, bool rms) -> Tensor")
+@_cpu_op(
+    "pool_held(Tensor y, Tensor cols, Tensor starts, Tensor stops, int R, bool rms) -> Tensor",
+    cuda=True,
+)
 def _pool_held(y: Tensor, cols: Tensor, starts: Tensor, stops: Tensor, R: int, rms: bool) -> Tensor:
+    if y.device.type != "cpu":
+        return _triton("modulation_pooled").pool_held(y, cols, starts, stops, R, rms)
     return _paulick.pool_held(y, cols.numpy(), starts.numpy(), stops.numpy(), R, rms)
 
 
@@ -403,12 +456,12 @@ def pool_held(
     held over ``R`` input samples per sample, rows ``cols`` (``None``: all), frame ``f``
     over input samples ``[starts[f], stops[f])``: :func:`frame_mean` of the held signal
     (``y`` repeated ``R`` times along time), without building it. ``(len(cols), F)`` in
-    the dtype of ``y``. The operator is registered for the CPU; ``y`` on another device is
-    pooled on the CPU and the frames moved back (frame-rate data, no sample-rate copy
-    beyond ``y``)."""
+    the dtype of ``y``. The operator has CPU and CUDA kernels (:func:`pooled_runs_on`);
+    ``y`` on another device is pooled on the CPU and the frames moved back (frame-rate
+    data, no sample-rate copy beyond ``y``)."""
     c = np.arange(y.shape[0]) if cols is None else np.asarray(cols, np.int64)
     out = _pool_held(
-        y.cpu(),
+        y if pooled_runs_on(y.device) else y.cpu(),
         torch.from_numpy(np.ascontiguousarray(c, np.int64)),
         torch.from_numpy(np.ascontiguousarray(starts, np.int64)),
         torch.from_numpy(np.ascontiguousarray(stops, np.int64)),
