@@ -15,8 +15,9 @@ and :func:`lhotse_amt.collate_features` do (Lhotse's own ``cut.pad()`` and colla
 ``LOG_EPSILON`` = -23.03 unless ``pad_feat_value=0.0`` is passed; see
 :mod:`lhotse_amt.padding`). Feature-domain mixing: :class:`lhotse_amt.features.mixing.MUMixing`.
 
-**Fused pooled path.** On the CPU without gradient, ``stage="modulation"`` features of a
-model with a fused chain come from one model call per chunk,
+**Fused pooled path.** Without gradient, on the CPU or on CUDA (Triton kernels),
+``stage="modulation"`` features of a model with a fused chain come from one model call per
+chunk,
 :meth:`lhotse_amt.models._base.StreamingModel.pooled_block_sums` (the fused operators of
 :mod:`lhotse_amt.ops.fused`: the whole chain and the frame pooling in one pass over the
 samples, no sample-rate tensor). The recursions run in float64 with coefficients from a
@@ -109,9 +110,11 @@ def stage_kwargs(c: Any) -> dict[str, dict[str, Any]]:
 
 
 class FusedPooling:
-    """The fused pooled CPU path of an extractor (``stage="modulation"``, no gradient, a
-    model whose :meth:`~lhotse_amt.models._base.StreamingModel.pooled_supported`): per
-    chunk one call of the model's ``pooled_block_sums``, whose block sums become frames
+    """The fused pooled path of an extractor (``stage="modulation"``, no gradient, a
+    model whose :meth:`~lhotse_amt.models._base.StreamingModel.pooled_supported`, on a
+    device with a kernel for the pooled operators: the CPU, and CUDA with Triton,
+    :func:`lhotse_amt.ops.fused.pooled_runs_on`): per chunk one call of the model's
+    ``pooled_block_sums``, whose block sums become frames
     (:meth:`FrameAccumulator.add_block_sums`)."""
 
     config: Any
@@ -125,12 +128,18 @@ class FusedPooling:
         return False
 
     def _fused_ok(self, model: torch.nn.Module, x: Tensor) -> bool:
+        from ..ops import fused  # compiled kernels: imported on first use
+
         return (
             self.config.stage == "modulation"
-            and x.device.type == "cpu"
             and not torch.is_grad_enabled()
+            and fused.pooled_runs_on(x.device)
             and model.pooled_supported()
         )
+
+    def _single_pass(self, model: torch.nn.Module, x: Tensor) -> bool:
+        # the fused chain keeps its state in the kernel and writes block sums only
+        return self._fused_ok(model, x)
 
     def _chunk(
         self, model: torch.nn.Module, x: Tensor, state: Any, t0: int, acc: FrameAccumulator
@@ -148,17 +157,19 @@ class FusedPooling:
             envelope=self._envelope(),
         )
         B, C, M, nblk = sums.shape
-        # numpy on this thread (a torch copy or gather opens a parallel region)
-        sums_np = sums.numpy().reshape(B, C * M, nblk)
         cols = self._column_index()
-        if cols is not None:
-            sums_np = sums_np[:, cols]
-        acc.add_block_sums(torch.from_numpy(sums_np), t0)
+        if sums.device.type == "cpu":
+            # numpy on this thread (a torch copy or gather opens a parallel region)
+            sums_np = sums.numpy().reshape(B, C * M, nblk)
+            if cols is not None:
+                sums_np = sums_np[:, cols]
+            sums = torch.from_numpy(sums_np)
+        else:
+            sums = sums.reshape(B, C * M, nblk)
+            if cols is not None:
+                sums = sums.index_select(1, torch.as_tensor(cols, device=sums.device))
+        acc.add_block_sums(sums, t0)
         return state
-
-    def _single_pass(self, model: torch.nn.Module, x: Tensor) -> bool:
-        # the fused chain keeps its state in the kernel and writes block sums only
-        return self._fused_ok(model, x)
 
 
 class CASPExtractor(MUMixing, FusedPooling, AuditoryExtractor):

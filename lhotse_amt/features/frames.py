@@ -122,7 +122,8 @@ class FrameAccumulator:
                     np.sqrt(f_np, out=f_np)
                 self.add(b, torch.from_numpy(f_np))
                 continue
-            cnt = (n - t0 - hop * torch.arange(k, dtype=torch.float64)).clamp(1, hop)
+            cnt = n - t0 - hop * torch.arange(k, dtype=torch.float64, device=sums.device)
+            cnt = cnt.clamp(1, hop)
             f = sums[b, :, :k] / cnt.to(sums.dtype)
             self.add(b, f.sqrt() if self.rms else f)
 

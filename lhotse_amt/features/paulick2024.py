@@ -137,12 +137,15 @@ class Paulick2024Extractor(CASPExtractor):
         return self.hop * R // math.gcd(self.hop, R)
 
     def _fused_modulation_ok(self, model: Paulick2024, x: Tensor) -> bool:
-        """The modulation filterbank can run fused with the pooling (CPU, no gradient, the
-        one-pole ``efilt`` bands of the register kernel)."""
+        """The modulation filterbank can run fused with the pooling (no gradient, a device
+        with the pooled operators' kernels: the CPU, CUDA with Triton; the one-pole
+        ``efilt`` bands of the register kernel)."""
+        from ..ops import fused  # compiled kernels: imported on first use
+
         return (
             self.config.stage == "modulation"
-            and x.device.type == "cpu"
             and not (torch.is_grad_enabled() and x.requires_grad)
+            and fused.pooled_runs_on(x.device)
             and model.pooled_modulation_supported()
         )
 
@@ -169,12 +172,15 @@ class Paulick2024Extractor(CASPExtractor):
             )
             if sums is None:
                 return state
-            idx = None if cols is None else torch.as_tensor(cols)
-            sums_np = sums.numpy()
+            idx = None if cols is None else torch.as_tensor(cols, device=sums.device)
+            sums_np = sums.numpy() if sums.device.type == "cpu" else None
             for b, n in enumerate(counts.tolist()):
                 if n == 0:
                     continue
-                v = torch.from_numpy(np.ascontiguousarray(sums_np[b, ..., :n]).reshape(-1, n))
+                if sums_np is not None:
+                    v = torch.from_numpy(np.ascontiguousarray(sums_np[b, ..., :n]).reshape(-1, n))
+                else:
+                    v = sums[b, ..., :n].reshape(-1, n)
                 v = v if idx is None else v[idx]
                 acc.add(b, v.to(device=x.device, dtype=model.dtype))
             return state

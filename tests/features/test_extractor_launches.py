@@ -1,13 +1,17 @@
 """Kernel launches per ``extract_batch`` (:mod:`launch_counter`: torch operator calls and
 calls into the numba kernels) do not grow with the signal's length: the fused pooled path
 runs the whole batch in one pass, however many ``chunk_duration`` chunks it spans (its
-memory grows with the frames only), while the per-stage path runs once per chunk.
+memory grows with the frames only), while the per-stage path runs once per chunk. On
+CUDA the same path runs the pooled operators' Triton kernels (one launch per operator
+call, counted as the operator call): counted there too, with the fused operator called
+and no per-stage recursion operator.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from launch_counter import count_launches, growth
 
 from lhotse_amt.features import Dau1997Config, King2019Config, Osses2021Config
@@ -16,17 +20,19 @@ from lhotse_amt.features.king2019 import King2019Extractor
 from lhotse_amt.features.osses2021 import Osses2021Extractor
 
 EXTRACTORS = {
-    "dau1997": (Dau1997Extractor, Dau1997Config),
-    "king2019": (King2019Extractor, King2019Config),
-    "osses2021": (Osses2021Extractor, Osses2021Config),
+    "dau1997": (Dau1997Extractor, Dau1997Config, "casp_pooled"),
+    "king2019": (King2019Extractor, King2019Config, "king_pooled"),
+    "osses2021": (Osses2021Extractor, Osses2021Config, "casp_pooled"),
 }
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[CUDA, pytest.mark.gpu])])
 @pytest.mark.parametrize("name", sorted(EXTRACTORS))
-def test_extract_batch_launches_do_not_grow_with_length(name):
-    cls, cfg = EXTRACTORS[name]
+def test_extract_batch_launches_do_not_grow_with_length(name, device):
+    cls, cfg, op = EXTRACTORS[name]
     # 0.5-s chunks: the short batch fits in two, the long one needs eight
-    ex = cls(cfg(flow=500.0, fhigh=2000.0, chunk_duration=0.5))
+    ex = cls(cfg(flow=500.0, fhigh=2000.0, chunk_duration=0.5, device=device))
     rng = np.random.default_rng(0)
     x = (0.05 * rng.standard_normal(64000)).astype(np.float32)
     counts = []
@@ -39,3 +45,8 @@ def test_extract_batch_launches_do_not_grow_with_length(name):
     short, long = counts
     assert sum(short.values()) > 0
     assert short == long, growth(short, long)
+    if device == "cuda":
+        assert short[f"op:lhotse_amt.{op}"] == 1
+        assert not [
+            k for k in short if k.startswith(("op:lhotse_amt.resonator", "op:lhotse_amt.adap"))
+        ]
