@@ -25,7 +25,9 @@ _OPTS = KERNEL_OPTS
 # Cascade of K identical complex one-pole sections with a complex gain, real output
 # --------------------------------------------------------------------------------------
 # u_k[n] = p u_k[n-1] + u_{k-1}[n], u_0 = x (real); w = g u_K;
-# y = Re w (mode 0) or |w| (mode 1)
+# y = Re w (mode 0) or |w| (mode 1). A single section (K = 1: the modulation filterbanks'
+# resonators) has its own forward and backward loops over transposed sample blocks, in
+# which the lane loops vectorise without the section loop
 
 
 _WR = 16  # rows per lane group of the resonator kernels
@@ -63,6 +65,26 @@ def _res_group(R, grp, xrow, crow, pole, gain, mode, zi, K):  # pragma: no cover
     return r0, nr, rows, xr, pr, pi, gr, gi, ab, sr, si
 
 
+@njit(**_OPTS)
+def _res_run1(n, xb, pr, pi, gr, gi, ab, sr, si, yb):  # pragma: no cover
+    # one section (K = 1) over n samples of the lanes' input xb (n, W): outputs into
+    # yb (n, W), advances sr/si. Its own function so that the arrays are marked distinct
+    # (the lane loop vectorises)
+    assume_distinct_arrays()
+    for i in range(n):
+        for k in range(_WR):
+            a = sr[0, k]
+            b = si[0, k]
+            nre = pr[k] * a - pi[k] * b + xb[i, k]
+            nim = pr[k] * b + pi[k] * a
+            sr[0, k] = nre
+            si[0, k] = nim
+            wr = gr[k] * nre - gi[k] * nim
+            wi = gr[k] * nim + gi[k] * nre
+            mag = math.sqrt(wr * wr + wi * wi)
+            yb[i, k] = mag if ab[k] != 0.0 else wr
+
+
 @njit(parallel=True, **_OPTS)
 def _res_fwd(x, xrow, pole, gain, mode, crow, zi, y, zf, ck):  # pragma: no cover - compiled
     # lane groups of _WR rows; section states at the start of every block of _CKA
@@ -79,6 +101,9 @@ def _res_fwd(x, xrow, pole, gain, mode, crow, zi, y, zf, ck):  # pragma: no cove
         )
         vr = np.empty(W)
         vi = np.empty(W)
+        # one section: block by block through transposed buffers (xb, yb)
+        xb = np.empty((_CKA if K == 1 else 0, W))
+        yb = np.empty((_CKA if K == 1 else 0, W))
         for n in range(T):
             if keep and n % _CKA == 0:
                 b = n // _CKA
@@ -86,6 +111,17 @@ def _res_fwd(x, xrow, pole, gain, mode, crow, zi, y, zf, ck):  # pragma: no cove
                     for q in range(K):
                         ck[r0 + k, b, q, 0] = sr[q, k]
                         ck[r0 + k, b, q, 1] = si[q, k]
+            if K == 1:
+                if n % _CKA == 0:
+                    nn = min(_CKA, T - n)
+                    for i in range(nn):
+                        for k in range(W):
+                            xb[i, k] = x[xr[k], n + i]
+                    _res_run1(nn, xb, pr, pi, gr, gi, ab, sr, si, yb)
+                    for i in range(nn):
+                        for k in range(nr):
+                            y[r0 + k, n + i] = yb[i, k]
+                continue
             for k in range(W):
                 vr[k] = np.float64(x[xr[k], n])
                 vi[k] = 0.0
@@ -178,6 +214,59 @@ def _res_adjoint(
             gb[i, k] = Gr[k]
 
 
+@njit(**_OPTS)
+def _res_record1(n, xb, pr, pi, gr, gi, ab, sr, si, ur, ui, fr, fi):  # pragma: no cover
+    # one section (K = 1): the section state before each sample and after the last
+    # (ur, ui: (n + 1, W)) and the output's derivative factor (fr + i fi); advances sr/si
+    assume_distinct_arrays()
+    W = _WR
+    for k in range(W):
+        ur[0, k] = sr[0, k]
+        ui[0, k] = si[0, k]
+    for i in range(n):
+        for k in range(W):
+            a = ur[i, k]
+            b = ui[i, k]
+            nre = pr[k] * a - pi[k] * b + xb[i, k]
+            nim = pr[k] * b + pi[k] * a
+            ur[i + 1, k] = nre
+            ui[i + 1, k] = nim
+            wr = gr[k] * nre - gi[k] * nim
+            wi = gr[k] * nim + gi[k] * nre
+            mag = math.sqrt(wr * wr + wi * wi)
+            inv = 1.0 / mag if mag > 0.0 else 0.0
+            fr[i, k] = wr * inv if ab[k] != 0.0 else 1.0
+            fi[i, k] = wi * inv if ab[k] != 0.0 else 0.0
+    for k in range(W):
+        sr[0, k] = ur[n, k]
+        si[0, k] = ui[n, k]
+
+
+@njit(**_OPTS)
+def _res_adjoint1(n, gb, pr, pi, gr, gi, ur, ui, fr, fi, lr, li, acc):  # pragma: no cover
+    # the adjoint of one section (K = 1) back over n samples (see _res_adjoint)
+    assume_distinct_arrays()
+    W = _WR
+    for i in range(n - 1, -1, -1):
+        for k in range(W):
+            g = gb[i, k]
+            Gwr = g * fr[i, k]
+            Gwi = g * fi[i, k]
+            kr = ur[i + 1, k]
+            ki = ui[i + 1, k]
+            acc[2, k] += kr * Gwr + ki * Gwi
+            acc[3, k] += kr * Gwi - ki * Gwr
+            lkr = lr[0, k] + (gr[k] * Gwr + gi[k] * Gwi)
+            lki = li[0, k] + (gr[k] * Gwi - gi[k] * Gwr)
+            a = ur[i, k]
+            b = ui[i, k]
+            acc[0, k] += a * lkr + b * lki
+            acc[1, k] += a * lki - b * lkr
+            lr[0, k] = pr[k] * lkr + pi[k] * lki
+            li[0, k] = pr[k] * lki - pi[k] * lkr
+            gb[i, k] = lkr
+
+
 @njit(parallel=True, **_OPTS)
 def _res_bwd(
     gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, gx, gpole, ggain, gzi, want_x, want_c
@@ -194,6 +283,8 @@ def _res_bwd(
         )
         ur = np.empty((K, _CKA, W))
         ui = np.empty((K, _CKA, W))
+        u1r = np.empty((_CKA + 1, W))
+        u1i = np.empty((_CKA + 1, W))
         kr = np.empty((_CKA, W))
         ki = np.empty((_CKA, W))
         fr = np.empty((_CKA, W))
@@ -216,14 +307,19 @@ def _res_bwd(
                 for q in range(K):
                     sr[q, k] = ck[rows[k], b, q, 0]
                     si[q, k] = ck[rows[k], b, q, 1]
-                for i in range(n):
+            for i in range(n):
+                for k in range(W):
                     xb[i, k] = x[xr[k], t0 + i]
                     gb[i, k] = gy[rows[k], t0 + i]
-            _res_record(K, n, xb, pr, pi, gr, gi, ab, sr, si, ur, ui, kr, ki, fr, fi)
-            _res_adjoint(K, n, gb, pr, pi, gr, gi, ur, ui, kr, ki, fr, fi, lr, li, acc, Gr, Gi)
+            if K == 1:
+                _res_record1(n, xb, pr, pi, gr, gi, ab, sr, si, u1r, u1i, fr, fi)
+                _res_adjoint1(n, gb, pr, pi, gr, gi, u1r, u1i, fr, fi, lr, li, acc)
+            else:
+                _res_record(K, n, xb, pr, pi, gr, gi, ab, sr, si, ur, ui, kr, ki, fr, fi)
+                _res_adjoint(K, n, gb, pr, pi, gr, gi, ur, ui, kr, ki, fr, fi, lr, li, acc, Gr, Gi)
             if want_x:
-                for k in range(nr):
-                    for i in range(n):
+                for i in range(n):
+                    for k in range(nr):
                         gx[r0 + k, t0 + i] = gb[i, k]
         for k in range(nr):
             for q in range(K):

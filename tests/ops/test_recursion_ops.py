@@ -119,10 +119,25 @@ def _op_samples():
             ),
         ),
         (adaptation_rows, (xa, rows, a, m, crow, 1e-5, True, s0[crow] * 1.2)),
+        (
+            resonator_rows,  # one section (the modulation filterbanks' own kernel loops)
+            (
+                x,
+                rows,
+                torch.view_as_real(pole),
+                torch.view_as_real(gain),
+                torch.tensor([1, 0], dtype=torch.int8),
+                crow,
+                0.1 * torch.randn(4, 1, 2, generator=g, dtype=D),
+            ),
+        ),
     ]
 
 
-@pytest.mark.parametrize("index", [0, 1, 2], ids=["sosfilt", "resonator", "adaptation"])
+_IDS = ["sosfilt", "resonator", "adaptation", "resonator-1"]
+
+
+@pytest.mark.parametrize("index", range(4), ids=_IDS)
 def test_opcheck_schema_fake_and_autograd_registration(index):
     op, args = _op_samples()[index]
     args = tuple(
@@ -131,7 +146,7 @@ def test_opcheck_schema_fake_and_autograd_registration(index):
     torch.library.opcheck(op, args)
 
 
-@pytest.mark.parametrize("index", [0, 1, 2], ids=["sosfilt", "resonator", "adaptation"])
+@pytest.mark.parametrize("index", range(4), ids=_IDS)
 def test_gradcheck_every_differentiable_input(index):
     op, args = _op_samples()[index]
     args = [
@@ -176,6 +191,24 @@ def test_gradients_match_reference_autograd_over_several_blocks():
         else:
             y = ref_cascade(xb, pole, gain, 4, output="complex", backend="reference").abs()
         grads.append(torch.autograd.grad((y * gy).sum(), (xb, pole, gain)))
+    assert all(_rel(a, b) < 1e-9 for a, b in zip(*grads))
+
+    # one section, |.| and Re rows, from a state and with a final-state gradient
+    use_abs = torch.tensor([True, False, True])
+    zi = 0.1 * torch.complex(torch.randn(2, 3, 1, dtype=D), torch.randn(2, 3, 1, dtype=D))
+    zi.requires_grad_(True)
+    gz = torch.complex(torch.randn(2, 3, 1, generator=g, dtype=D), torch.randn(2, 3, 1, dtype=D))
+    grads = []
+    for impl in ("op", "reference"):
+        if impl == "op":
+            y, zf = ops.one_pole_cascade(xb, pole, gain, 1, zi, output="mixed", use_abs=use_abs)
+        else:
+            yc, zf = ref_cascade(
+                xb, pole, gain, 1, zi, output="complex", return_state=True, backend="reference"
+            )
+            y = torch.where(use_abs[..., None], yc.abs(), yc.real)
+        loss = (y * gy).sum() + (zf * gz.conj()).real.sum()
+        grads.append(torch.autograd.grad(loss, (xb, pole, gain, zi)))
     assert all(_rel(a, b) < 1e-9 for a, b in zip(*grads))
 
     tau = torch.tensor(TAU, dtype=D, requires_grad=True)
