@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .autodiff import _CKA, KERNEL_OPTS
+from .autodiff import _CKA, KERNEL_OPTS, lane_group
+from .cpu import divide_lanes
 from .fastmath import assume_distinct_arrays, denormals_off, exp_nonpos_inline, restore_fp_mode
 from .rows import RowKernels, numba_launch
 
@@ -43,22 +44,15 @@ def _lim_e(w, m):  # pragma: no cover - compiled
 def _lane_group(R, grp, xrow, crow, a, m, zi, J):  # pragma: no cover - compiled
     # rows of lane group grp (padding lanes repeat the last row), their input rows,
     # coefficients (J, W) and states (J, W)
-    r0 = grp * _W
-    nr = min(_W, R - r0)
-    rows = np.empty(_W, np.int64)
-    xr = np.empty(_W, np.int64)
+    r0, nr, rows, xr, cr = lane_group(R, grp, _W, xrow, crow)
     aa = np.empty((J, _W))
     mm = np.empty((J, _W))
     s = np.empty((J, _W))
     for k in range(_W):
-        r = r0 + min(k, nr - 1)
-        rows[k] = r
-        xr[k] = xrow[r]
-        c = crow[r]
         for j in range(J):
-            aa[j, k] = a[c, j]
-            mm[j, k] = m[c, j]
-            s[j, k] = zi[r, j]
+            aa[j, k] = a[cr[k], j]
+            mm[j, k] = m[cr[k], j]
+            s[j, k] = zi[rows[k], j]
     return r0, nr, rows, xr, aa, mm, s
 
 
@@ -66,11 +60,7 @@ def _lane_group(R, grp, xrow, crow, a, m, zi, J):  # pragma: no cover - compiled
 def _adapt_step(v, j, s, aa, mm, use_limit):  # pragma: no cover - compiled
     # loop j on the lanes of v in place; returns whether a lane hit the limiter
     W = v.shape[0]
-    hits = False
-    for k in range(W):
-        q = v[k] / s[j, k]
-        v[k] = q
-        hits |= q > 1.0
+    hits = divide_lanes(v, s, j)
     if use_limit and hits:
         for k in range(W):
             q = v[k]

@@ -29,6 +29,9 @@ rows that share an input row).
 
 from __future__ import annotations
 
+import numpy as np
+from numba import njit
+
 __all__ = ["CHECKPOINT_BLOCK", "checkpoint_blocks"]
 
 #: numba options of the recursion kernels
@@ -43,3 +46,21 @@ _CKA = CHECKPOINT_BLOCK
 def checkpoint_blocks(T: int) -> int:
     """Number of checkpoints a forward keeps for the backward of a signal of ``T``."""
     return (T + _CKA - 1) // _CKA
+
+
+@njit(inline="always", **KERNEL_OPTS)
+def lane_group(R, grp, W, xrow, crow):  # pragma: no cover - compiled
+    """Lane group ``grp`` of ``W`` rows of ``R`` (padding lanes repeat the last row): its
+    first row ``r0``, its number of rows ``nr`` and per lane the row, its input row
+    ``xrow[row]`` and its coefficient row ``crow[row]`` (``(W,)`` int64 each)."""
+    r0 = grp * W
+    nr = min(W, R - r0)
+    rows = np.empty(W, np.int64)
+    xr = np.empty(W, np.int64)
+    cr = np.empty(W, np.int64)
+    for k in range(W):
+        r = r0 + min(k, nr - 1)
+        rows[k] = r
+        xr[k] = xrow[r]
+        cr[k] = crow[r]
+    return r0, nr, rows, xr, cr

@@ -81,6 +81,18 @@ def _store_lanes(buf, c0, nc, t0, n, y):  # pragma: no cover - compiled
             y[c0 + k, t0 + i] = buf[i, k]
 
 
+@njit(inline="always", **_NOPY)
+def sos_lane_coefs(co, k, sos, c):  # pragma: no cover - compiled
+    # b0, b1, b2, a1, a2 of every section of coefficient row c of sos (N, S, 6) into lane
+    # k of co (S, 5, W)
+    for s in range(sos.shape[1]):
+        co[s, 0, k] = sos[c, s, 0]
+        co[s, 1, k] = sos[c, s, 1]
+        co[s, 2, k] = sos[c, s, 2]
+        co[s, 3, k] = sos[c, s, 4]
+        co[s, 4, k] = sos[c, s, 5]
+
+
 @njit(**_LANE_OPTS)
 def _sos_lanes(buf, n, co, z0, z1):  # pragma: no cover - compiled
     # the first n rows (samples) of buf (chunk, W) through the sections, in place; its own
@@ -113,12 +125,8 @@ def _sosfilt_kernel(x, sos, zi, y):  # pragma: no cover - compiled
         z1 = np.empty((S, W), dt)
         for k in range(W):
             c = idx[k]
+            sos_lane_coefs(co, k, sos, c)
             for s in range(S):
-                co[s, 0, k] = sos[c, s, 0]
-                co[s, 1, k] = sos[c, s, 1]
-                co[s, 2, k] = sos[c, s, 2]
-                co[s, 3, k] = sos[c, s, 4]
-                co[s, 4, k] = sos[c, s, 5]
                 z0[s, k] = zi[c, s, 0]
                 z1[s, k] = zi[c, s, 1]
         buf = np.empty((_CHUNK, W), dt)
@@ -278,6 +286,18 @@ def overshoot_limit32_(v, j, aq, mm32, t32):  # pragma: no cover - compiled
 
 
 @njit(inline="always", **KERNEL_OPTS)
+def divide_lanes(v, st, j):  # pragma: no cover - compiled
+    # v[k] / st[j, k] on every lane of v (in place; adaptation loop j); whether a quotient
+    # exceeds 1 (where the overshoot limiter applies)
+    hits = False
+    for k in range(v.shape[0]):
+        q = v[k] / st[j, k]
+        v[k] = q
+        hits |= q > 1.0
+    return hits
+
+
+@njit(inline="always", **KERNEL_OPTS)
 def adaptation_loops_lanes(v, st, aa, ab, mm, aq, use_limit, fast, mm32, t32):  # pragma: no cover
     # one sample through the J adaptation loops on the lanes of v (in place): divide by
     # the loop state, the overshoot limiter where the quotient exceeds 1 (evaluated only
@@ -286,11 +306,7 @@ def adaptation_loops_lanes(v, st, aa, ab, mm, aq, use_limit, fast, mm32, t32):  
     # (overshoot_limit32_: mm32, scratch t32), else float64 (overshoot_limit)
     W = v.shape[0]
     for j in range(st.shape[0]):
-        hits = False
-        for k in range(W):
-            q = v[k] / st[j, k]
-            v[k] = q
-            hits |= q > 1.0
+        hits = divide_lanes(v, st, j)
         if use_limit and hits:
             if fast:
                 overshoot_limit32_(v, j, aq, mm32, t32)

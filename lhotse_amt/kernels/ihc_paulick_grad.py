@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .autodiff import CHECKPOINT_BLOCK, KERNEL_OPTS, checkpoint_blocks
+from .autodiff import CHECKPOINT_BLOCK, KERNEL_OPTS, checkpoint_blocks, lane_group
 from .fastmath import (
     assume_distinct_arrays,
     denormals_off,
@@ -88,21 +88,15 @@ _OPTS = KERNEL_OPTS
 def _group(R, grp, xrow, crow, c, zi):  # pragma: no cover - compiled
     # rows of lane group grp (padding lanes repeat the last row), their input rows,
     # constants cc (12, W) and states w (W,)
-    r0 = grp * _W
-    nr = min(_W, R - r0)
-    rows = np.empty(_W, np.int64)
-    xr = np.empty(_W, np.int64)
+    r0, nr, rows, xr, cr = lane_group(R, grp, _W, xrow, crow)
     cc = np.empty((_NC, _W))
     w = np.empty(_W)
     for q in range(_W):
-        r = r0 + min(q, nr - 1)
-        rows[q] = r
-        xr[q] = xrow[r]
         for j in range(_NC):
-            cc[j, q] = c[crow[r], j]
+            cc[j, q] = c[cr[q], j]
         cc[3, q] = 1.0 / cc[3, q]
         cc[4, q] = 1.0 / cc[4, q]
-        w[q] = zi[r]
+        w[q] = zi[rows[q]]
     return r0, nr, rows, xr, cc, w
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .autodiff import _CKA, KERNEL_OPTS
+from .autodiff import _CKA, KERNEL_OPTS, lane_group
+from .cpu import _store_lanes, sos_lane_coefs
 from .fastmath import assume_distinct_arrays, denormals_off, restore_fp_mode
 from .rows import RowKernels, numba_launch
 
@@ -32,25 +33,14 @@ def _sos_group(R, grp, xrow, crow, sos, zi, S):  # pragma: no cover - compiled
     # rows of lane group grp (padding lanes repeat the last row), their input rows,
     # coefficients co (S, 5, W) = b0, b1, b2, a1, a2 and states z (S, 2, W)
     W = _WS
-    r0 = grp * W
-    nr = min(W, R - r0)
-    rows = np.empty(W, np.int64)
-    xr = np.empty(W, np.int64)
+    r0, nr, rows, xr, cr = lane_group(R, grp, W, xrow, crow)
     co = np.empty((S, 5, W))
     z = np.empty((S, 2, W))
     for k in range(W):
-        r = r0 + min(k, nr - 1)
-        rows[k] = r
-        xr[k] = xrow[r]
-        c = crow[r]
+        sos_lane_coefs(co, k, sos, cr[k])
         for q in range(S):
-            co[q, 0, k] = sos[c, q, 0]
-            co[q, 1, k] = sos[c, q, 1]
-            co[q, 2, k] = sos[c, q, 2]
-            co[q, 3, k] = sos[c, q, 4]
-            co[q, 4, k] = sos[c, q, 5]
-            z[q, 0, k] = zi[r, q, 0]
-            z[q, 1, k] = zi[r, q, 1]
+            z[q, 0, k] = zi[rows[k], q, 0]
+            z[q, 1, k] = zi[rows[k], q, 1]
     return r0, nr, rows, xr, co, z
 
 
@@ -171,9 +161,7 @@ def _sos_bwd(
             _sos_record(S, n, co, z, w)
             _sos_adjoint(S, n, co, w, g, l1, l2, gc)
             if want_x:
-                for k in range(nr):
-                    for i in range(n):
-                        gx[r0 + k, t0 + i] = g[i, k]
+                _store_lanes(g, r0, nr, t0, n, gx)
         for k in range(nr):
             for q in range(S):
                 gzi[r0 + k, q, 0] = l1[q, k]
