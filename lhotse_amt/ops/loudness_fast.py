@@ -1,7 +1,7 @@
 """No-gradient CPU fast path of the loudness models (numba kernels, fixed-order products).
 
 Same values as the plain-torch stages of :mod:`lhotse_amt.functional.loudness` up to float
-rounding, but much faster for inference: the ear filter by :mod:`scipy.fft` on the calling
+rounding, but much faster for inference: the ear filter by :mod:`numpy.fft` on the calling
 thread, the long analysis windows by the sliding DFT, the excitation stage through the shortest
 window's autocorrelation and a fused lower-skirt kernel, and the excitation floor and specific
 loudness in one pass (:class:`FastExcitation`). Every function here needs CPU tensors without
@@ -59,18 +59,17 @@ def fast_path_ok(x: Tensor, module: torch.nn.Module) -> bool:
 
 
 def fir_filter_full_fast(x: Tensor, h: Tensor) -> Tensor:
-    """:func:`lhotse_amt.functional.loudness.fir_filter_full` by :mod:`scipy.fft` on the calling
+    """:func:`lhotse_amt.functional.loudness.fir_filter_full` by :mod:`numpy.fft` on the calling
     thread (no gradient): torch's CPU FFT splits its work by the intra-op thread count and its
     results change in the last bits with it, which would make the loudness features depend on
-    ``torch.set_num_threads``. ``x (..., N)``, ``h (M,)`` -> ``(..., N + M - 1)``."""
-    import scipy.fft
-
+    ``torch.set_num_threads`` (and :mod:`scipy.fft` costs a third of a CPU-second to import at
+    a process's first extract). ``x (..., N)``, ``h (M,)`` -> ``(..., N + M - 1)``."""
     n = x.shape[-1] + h.shape[-1] - 1
     nfft = 1 << (n - 1).bit_length()
     xs = x.detach().numpy()
-    spec = scipy.fft.rfft(xs, nfft, workers=1)
-    spec *= scipy.fft.rfft(h.detach().to(x.dtype).numpy(), nfft, workers=1)
-    y_np = scipy.fft.irfft(spec, nfft, overwrite_x=True, workers=1)[..., :n]
+    spec = np.fft.rfft(xs, nfft)
+    spec *= np.fft.rfft(h.detach().to(x.dtype).numpy(), nfft)
+    y_np = np.fft.irfft(spec, nfft)[..., :n]
     return torch.from_numpy(y_np.astype(xs.dtype, copy=False))
 
 
