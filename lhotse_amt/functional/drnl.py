@@ -44,10 +44,12 @@ pole ``p = exp(-phi - i theta)``, ``n`` identical biquads
 run as second-order sections (never as the expanded polynomial, which is ill-conditioned
 at low ``f / fs``); the low-passes are ``scipy.signal.butter(2, f / (fs / 2))`` sections.
 
-Implementations: a compiled numba kernel that runs the whole channel (both paths, the
-compression and all sections) sample by sample (:mod:`lhotse_amt.kernels.paulick`; CPU
-inference), and plain torch built on :func:`lhotse_amt.functional.iir.sosfilt` (any device,
-differentiable with respect to the signal and every coefficient). Checked against the AMT
+Implementations: the no-grad operator ``lhotse_amt::paulick_drnl``, a compiled kernel that
+runs the whole channel (both paths, the compression and all sections) sample by sample
+(:func:`lhotse_amt.ops.paulick.drnl`; CPU inference), and plain torch built on
+:func:`lhotse_amt.functional.iir.sosfilt` (any device, differentiable with respect to the
+signal and every coefficient; its filters run as the registered ``sosfilt`` operator or,
+with ``backend="torch"``, as the plain-torch reference). Checked against the AMT
 0.9.10 ``lopezpoveda2001`` reference outputs (``tests/modules/test_drnl_reference.py``).
 """
 
@@ -286,8 +288,9 @@ def drnl(
         state: ``{"lin": (..., C, S_lin, 2), "nl1": (..., C, n_nl, 2),
             "nl2": (..., C, n_nl + n_lpnl, 2)}`` section states from a previous call
             (scipy ``zi`` convention), zeros if ``None``.
-        backend: ``"auto"`` (fused numba kernel for CPU inference, torch otherwise),
-            ``"numba"`` or ``"torch"``.
+        backend: ``"auto"`` (the fused operator ``lhotse_amt::paulick_drnl`` for eager
+            CPU inference, the ``sosfilt`` operators otherwise), ``"numba"`` (the fused
+            operator) or ``"torch"`` (the plain-torch reference).
 
     Returns:
         ``(..., C, T)`` basilar-membrane velocity (and the new state dict).
@@ -300,7 +303,7 @@ def drnl(
     c_t = c if torch.is_tensor(c) else torch.tensor(float(c), dtype=lin_gain.dtype)
     be = resolve_backend(backend, x, lin_gain, lin_sos, nl_gt, nl2_sos, a, b, c_t)
     if be == "numba":
-        from ..kernels import paulick
+        from ..ops import paulick
 
         y, new = paulick.drnl(x, lin_gain, lin_sos, nl_gt, nl2_sos, a, b, float(c_t), state)
         return (y, new) if return_state else y

@@ -62,8 +62,9 @@ loop over samples: the definition, differentiable with respect to the input and 
 constants), the registered operator ``lhotse_amt::ihc_paulick``
 (:func:`lhotse_amt.ops.ihc_paulick_recursion`: compiled CPU/CUDA kernels, float64
 recursion, compiled backward; what :func:`ihc_paulick` runs while autograd records, on
-CUDA and under ``torch.compile`` / ``torch.export``), and the no-grad numba and Triton
-kernels of :mod:`lhotse_amt.kernels.paulick` (eager inference).
+CUDA and under ``torch.compile`` / ``torch.export``), and the no-grad operator
+``lhotse_amt::paulick_ihc`` (:func:`lhotse_amt.ops.paulick.ihc`: a numba kernel on the
+CPU, a Triton kernel on CUDA, recursion in the signal's dtype; eager inference).
 """
 
 from __future__ import annotations
@@ -220,10 +221,11 @@ def ihc_paulick(
         fs: sampling rate (Hz).
         params: the 13 constants (``IHC_PAULICK_CONSTANTS`` keys; tensors may require grad).
         state: ``W (...)`` from a previous call (streaming); ``None`` = resting state.
-        backend: ``"auto"``: the fused numba kernel for eager CPU inference (no gradient
-            recorded, not traced), the Triton kernel for eager CUDA inference, otherwise
-            the operator ``lhotse_amt::ihc_paulick`` (compiled kernels and backward);
-            ``"numba"`` / ``"triton"`` force those no-grad kernels; ``"reference"``
+        backend: ``"auto"``: the no-grad operator ``lhotse_amt::paulick_ihc`` for eager
+            inference (no gradient recorded, not traced; CPU, and CUDA where Triton
+            runs), otherwise the operator ``lhotse_amt::ihc_paulick`` (compiled kernels
+            and backward); ``"numba"`` / ``"triton"`` force the no-grad operator (the
+            device picks its kernel: numba on the CPU, Triton on CUDA); ``"reference"``
             (``"torch"``) the plain-torch loop over samples.
 
     Returns:
@@ -254,9 +256,9 @@ def ihc_paulick(
             and x.device.type == "cuda"
             and not torch.compiler.is_compiling()
             and not grad_recorded(x, state, *tensors)
-            and _triton_available()
+            and _no_grad_kernel_on(x.device)
         ):
-            be = "triton"  # eager CUDA inference: the fused no-grad Triton kernel
+            be = "triton"  # eager CUDA inference: the no-grad operator's Triton kernel
     if be == "auto":
         from ..ops import ihc_paulick_recursion
 
@@ -264,22 +266,15 @@ def ihc_paulick(
     elif be in ("torch", "reference"):
         c = {k: v.to(device=x.device, dtype=dtype) for k, v in c64.items()}
         y, w = ihc_paulick_reference(x, c, state)
-    else:
-        from ..kernels import paulick
+    else:  # "numba" / "triton": the no-grad operator
+        from ..ops import paulick
 
         cf = {k: float(v.to(dtype)) for k, v in c64.items()}
-        if be == "numba":
-            xx = x if x.dim() >= 2 else x.unsqueeze(0)
-            ss = state if x.dim() >= 2 else state.unsqueeze(0)
-            y, w = paulick.ihc(xx, cf, ss.to(x.dtype))
-            if x.dim() < 2:
-                y, w = y[0], w[0]
-        else:
-            y, w = paulick.ihc_triton(x, cf, state.to(x.dtype))
+        y, w = paulick.ihc(x, cf, state.to(x.dtype))
     return (y, w) if return_state else y
 
 
-def _triton_available() -> bool:
-    from ..kernels import paulick
+def _no_grad_kernel_on(device: torch.device) -> bool:
+    from ..ops import paulick
 
-    return paulick.triton_available()
+    return paulick.ihc_runs_on(device)

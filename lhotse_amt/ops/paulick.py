@@ -6,14 +6,23 @@
   (:func:`lhotse_amt.kernels.paulick_frontend.frontend`), storing only the last stage;
 * ``lhotse_amt::paulick_fir``: the direct-form FIR correlation of the ear filters and the
   decimator (:func:`lhotse_amt.kernels.paulick.fir`: float64 accumulation in a fixed
-  order, so chunked and one-shot processing agree bit for bit).
+  order, so chunked and one-shot processing agree bit for bit);
+* ``lhotse_amt::paulick_drnl``: the DRNL filterbank alone, both paths, the compression and
+  all sections of a channel in one pass (:func:`lhotse_amt.kernels.paulick.drnl`: float64
+  recursions): the ``"numba"`` backend of :func:`lhotse_amt.functional.drnl.drnl`;
+* ``lhotse_amt::paulick_ihc``: the IHC recursion alone in the signal's dtype
+  (:func:`lhotse_amt.kernels.paulick.ihc`; on CUDA the Triton kernel
+  :func:`~lhotse_amt.kernels.paulick.ihc_triton`, picked by
+  :class:`lhotse_amt.ops.rowop.DeviceKernels`): the no-grad backends of
+  :func:`lhotse_amt.functional.ihc_paulick.ihc_paulick`.
 
 Each has a CPU kernel (numba), registered at the dispatcher level (a call costs no
 ``torch.compile`` machinery), and a fake implementation (shapes only); no gradient. They
-serve eager CPU inference of :class:`lhotse_amt.models.paulick2024.Paulick2024`; under
-autograd, on CUDA and while ``torch.compile``/``torch.export`` trace the model, its stages
-run as the differentiable operators (:mod:`lhotse_amt.ops.recursions`,
-:mod:`lhotse_amt.ops.ihc_paulick`, :mod:`lhotse_amt.ops.fir`) instead.
+serve eager inference of :class:`lhotse_amt.models.paulick2024.Paulick2024` and its stage
+modules; under autograd, on CUDA (but for ``paulick_ihc``) and while
+``torch.compile``/``torch.export`` trace the model, its stages run as the differentiable
+operators (:mod:`lhotse_amt.ops.recursions`, :mod:`lhotse_amt.ops.ihc_paulick`,
+:mod:`lhotse_amt.ops.fir`) instead.
 
 Streaming states cross the operator boundary as tensors: the DRNL's section states
 ``[lin, nl1, nl2]`` (an empty list: rest), the decimator's history ``(..., C, K - 1)``
@@ -35,8 +44,9 @@ from ..kernels import paulick as _paulick
 from ..kernels import paulick_frontend as _frontend
 from ..kernels.ihc_paulick_grad import IHC_STEP_KEYS
 from .fused import _cpu_op, _fake
+from .rowop import DeviceKernels
 
-__all__ = ["frontend", "fir"]
+__all__ = ["frontend", "fir", "drnl", "ihc", "ihc_runs_on"]
 
 #: the DRNL's state keys, in the order of the operator's state list
 DRNL_STATE_KEYS = ("lin", "nl1", "nl2")
@@ -176,3 +186,102 @@ def fir(buf: Tensor, w: Tensor, start: int, stride: int, n_out: int) -> Tensor:
     + k]`` for ``buf (N, L)`` and taps ``w (K,)`` (CPU, no gradient; float64 accumulation,
     every output in a fixed order), ``(N, n_out)`` in ``buf``'s dtype."""
     return _fir_op(buf, w, int(start), int(stride), int(n_out))
+
+
+@_cpu_op(
+    "paulick_drnl(Tensor x, Tensor g, Tensor lin_sos, Tensor nl1_sos, Tensor nl2_sos, "
+    "Tensor a, Tensor b, float c, Tensor?[] state) -> (Tensor, Tensor[])"
+)
+def _drnl_op(
+    x: Tensor, g: Tensor, lin_sos: Tensor, nl1_sos: Tensor, nl2_sos: Tensor, a: Tensor,
+    b: Tensor, c: float, state: list[Tensor | None],
+) -> tuple[Tensor, list[Tensor]]:  # fmt: skip
+    st = {k: z for k, z in zip(DRNL_STATE_KEYS, state, strict=True) if z is not None}
+    y, new = _paulick.drnl(x, g, lin_sos, nl1_sos, nl2_sos, a, b, c, st)
+    return y, [new[k] for k in DRNL_STATE_KEYS]
+
+
+@_fake("paulick_drnl")
+def _(
+    x: Tensor, g: Tensor, lin_sos: Tensor, nl1_sos: Tensor, nl2_sos: Tensor, a: Tensor,
+    b: Tensor, c: float, state: list[Tensor | None],
+) -> tuple[Tensor, list[Tensor]]:  # fmt: skip
+    lead, C = x.shape[:-1], g.shape[0]
+    ydt = torch.float32 if x.dtype == torch.float32 else torch.float64
+    states = [
+        x.new_empty((*lead, C, sos.shape[-2], 2), dtype=torch.float64)
+        for sos in (lin_sos, nl1_sos, nl2_sos)
+    ]
+    return x.new_empty((*lead, C, x.shape[-1]), dtype=ydt), states
+
+
+def drnl(
+    x: Tensor,
+    g: Tensor,
+    lin_sos: Tensor,
+    nl1_sos: Tensor,
+    nl2_sos: Tensor,
+    a: Tensor,
+    b: Tensor,
+    c: float,
+    state: dict[str, Tensor] | None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Operator ``lhotse_amt::paulick_drnl``: the DRNL filterbank of ``x (..., T)`` (CPU,
+    no gradient; float64 recursions) -> ``(..., C, T)`` in ``x``'s dtype (float64 for
+    other dtypes than float32) and the new section states ``{"lin", "nl1", "nl2"}``
+    ``(..., C, S, 2)`` float64.
+
+    The arguments are those of :func:`lhotse_amt.functional.drnl.drnl`: ``g``, ``a``,
+    ``b`` ``(C,)``; the linear path's sections (gammatone and low-passes)
+    ``lin_sos (C, S_lin, 6)``, the non-linear path's before and after the compression
+    ``nl1_sos``, ``nl2_sos``; exponent ``c``; ``state`` the section states of a previous
+    call (a missing key or ``None``: rest).
+    """
+    st = state or {}
+    y, new = _drnl_op(
+        x, g, lin_sos, nl1_sos, nl2_sos, a, b, float(c), [st.get(k) for k in DRNL_STATE_KEYS]
+    )
+    return y, dict(zip(DRNL_STATE_KEYS, new, strict=True))
+
+
+#: the IHC kernels: numba on the CPU, Triton on CUDA
+_IHC = DeviceKernels(_paulick.ihc, "paulick", attr="ihc_triton")
+
+
+def _ihc_rows(k: Any, x: Tensor, consts: list[float], state: Tensor) -> tuple[Tensor, Tensor]:
+    """The IHC operator with the kernel function ``k`` (``x (..., T)``, ``state (...)``;
+    the kernels take ``(..., C, T)``)."""
+    one = x.dim() < 2
+    if one:
+        x, state = x[None], state[None]
+    y, w = k(x, dict(zip(IHC_STEP_KEYS, consts, strict=True)), state)
+    return (y[0], w[0]) if one else (y, w)
+
+
+@_cpu_op("paulick_ihc(Tensor x, float[] consts, Tensor state) -> (Tensor, Tensor)", cuda=True)
+def _ihc_op(x: Tensor, consts: list[float], state: Tensor) -> tuple[Tensor, Tensor]:
+    return _ihc_rows(_IHC.on(x), x, consts, state)
+
+
+@_fake("paulick_ihc")
+def _(x: Tensor, consts: list[float], state: Tensor) -> tuple[Tensor, Tensor]:
+    return x.new_empty(x.shape), x.new_empty(x.shape[:-1])
+
+
+def ihc(x: Tensor, consts: dict[str, float], state: Tensor) -> tuple[Tensor, Tensor]:
+    """Operator ``lhotse_amt::paulick_ihc``: the IHC recursion of
+    :func:`lhotse_amt.functional.ihc_paulick.ihc_paulick_reference` on ``x (..., T)``
+    (basilar-membrane velocity) from ``state (...)`` (``W``, volts; broadcast to
+    ``x.shape[:-1]``), run in ``x``'s dtype (no gradient; CPU: numba, CUDA: Triton) ->
+    ``W (..., T)`` and the final state ``(...)``, both in ``x``'s dtype. ``consts``: the
+    step constants (:func:`lhotse_amt.functional.ihc_paulick.ihc_step_constants`, floats).
+    """
+    return _ihc_op(x, [float(consts[k]) for k in IHC_STEP_KEYS], state)
+
+
+def ihc_runs_on(device: torch.device) -> bool:
+    """Whether ``lhotse_amt::paulick_ihc`` has a kernel for ``device``: the CPU, and CUDA
+    where Triton can run."""
+    if device.type == "cpu":
+        return True
+    return device.type == "cuda" and _paulick.triton_available()

@@ -1,7 +1,9 @@
 """The Triton kernels of the IHC operator (:mod:`lhotse_amt.kernels.triton_ihc_paulick`)
 against its numba kernels (:mod:`lhotse_amt.kernels.ihc_paulick_grad`): output, final
 states, checkpoints and every backward output, float64 and float32, in Triton's CPU
-interpreter; on CUDA, the operator ``lhotse_amt::ihc_paulick`` against its CPU kernel.
+interpreter; on CUDA, the operator ``lhotse_amt::ihc_paulick`` against its CPU kernel. The
+no-grad operator ``lhotse_amt::paulick_ihc``'s CUDA kernel against the plain-torch
+reference in the interpreter.
 
 Signals of 600 and 530 samples span two blocks of the backward's recomputation (the last
 one partial: the interpreter is slow); the velocities cap the MET exponent over a stretch
@@ -78,6 +80,38 @@ print("ok")
 def test_ihc_triton_kernels_match_numba_in_interpreter():
     pytest.importorskip("triton")
     run_interpreted(_SCRIPT)
+
+
+_NO_GRAD_SCRIPT = """
+import torch
+from lhotse_amt.functional.ihc_paulick import (
+    IHC_PAULICK_CONSTANTS, ihc_paulick, ihc_step_constants,
+)
+from lhotse_amt.kernels import paulick
+from lhotse_amt.ops import paulick as ops_paulick
+
+cuda = ops_paulick._IHC.for_device("cuda")  # the no-grad operator's kernel on CUDA
+assert cuda is paulick.ihc_triton and ops_paulick._IHC.for_device("cpu") is paulick.ihc
+x = torch.randn(1, 2, 16, dtype=torch.float64) * 3e-3
+x[..., 5:10] *= 40
+p = {k: torch.tensor(v, dtype=torch.float64) for k, v in IHC_PAULICK_CONSTANTS.items()}
+c = ihc_step_constants(p, 44100.0)
+consts = [float(c[k]) for k in ops_paulick.IHC_STEP_KEYS]
+w0 = torch.zeros(1, 2, dtype=torch.float64)
+for xx, ww in ((x, w0), (x[0, 1], w0[0, 1])):  # rows, and one signal (..., T)
+    a, sa = ops_paulick._ihc_rows(cuda, xx, consts, ww)
+    b, sb = ihc_paulick(xx, 44100, backend="torch", return_state=True)
+    assert a.shape == b.shape and sa.shape == sb.shape
+    assert (a - b).abs().max() <= 1e-12 * b.abs().max(), (a - b).abs().max()
+    assert (sa - sb).abs().max() <= 1e-15
+print("ok")
+"""
+
+
+def test_no_grad_ihc_operator_cuda_kernel_matches_reference_in_interpreter():
+    # lhotse_amt::paulick_ihc's CUDA kernel (the Triton recursion in the signal's dtype)
+    pytest.importorskip("triton")
+    run_interpreted(_NO_GRAD_SCRIPT)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -1,7 +1,8 @@
-"""Paulick2024's fused no-grad front end as registered operators (:mod:`lhotse_amt.ops.paulick`):
-registration and fake implementations (``torch.library.opcheck``), the operators' results
-equal to their kernels' bit for bit (one pass and streamed through the operators' state),
-the model's output equal to the kernels' path, and that the model reaches the kernels only
+"""Paulick2024's no-grad operators (:mod:`lhotse_amt.ops.paulick`: the fused front end, the
+FIR correlation, the DRNL and the IHC alone): registration and fake implementations
+(``torch.library.opcheck``), the operators' results equal to their kernels' bit for bit
+(one pass and streamed through the operators' state), the model's output equal to the
+kernels' path, and that the model and its DRNL and IHC stages reach the kernels only
 through the operators."""
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ def _equal(a, b) -> None:
             _equal(a[k], b[k])
     elif isinstance(a, torch.Tensor):
         assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    elif isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for u, v in zip(a, b, strict=True):
+            _equal(u, v)
     else:
         assert a == b
 
@@ -126,6 +131,59 @@ def test_fir_operator_equals_the_kernel_and_opcheck():
         )
 
 
+def _drnl_args(m: Paulick2024) -> tuple:
+    d = m.drnl
+    return (
+        d.lin_gain, torch.cat([d.lin_gt, d.lin_lp], -2), d.nl_gt,
+        torch.cat([d.nl_gt, d.nl_lp], -2), d.a, d.b, float(d.c),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [D, torch.float32])
+def test_drnl_operator_equals_the_kernel_streams_and_opcheck(dtype):
+    m = Paulick2024(n_channels=4, dtype=dtype)
+    coefs = _drnl_args(m)
+    x = _noise(2, 1501, dtype).reshape(2, 1, 1501)  # leading shape (2, 1)
+    with torch.inference_mode():
+        ref = k_paulick.drnl(x, *coefs, None)
+        _equal(ops_paulick.drnl(x, *coefs, None), ref)
+        # streamed through the operator's states; a state with a key missing (rest)
+        a, st = ops_paulick.drnl(x[..., :700], *coefs, None)
+        b, st = ops_paulick.drnl(x[..., 700:], *coefs, st)
+        _equal((torch.cat([a, b], -1), st), ref)
+        part = {"nl1": st["nl1"]}
+        _equal(ops_paulick.drnl(x, *coefs, part), k_paulick.drnl(x, *coefs, part))
+    op = torch.ops.lhotse_amt.paulick_drnl.default
+    t = [v.detach() for v in coefs[:-1]]
+    for state in (
+        [None] * 3,
+        [st[k] for k in ops_paulick.DRNL_STATE_KEYS],
+        [None, st["nl1"], None],
+    ):
+        torch.library.opcheck(op, (x[..., :301], *t, coefs[-1], state))
+
+
+@pytest.mark.parametrize("dtype", [D, torch.float32])
+def test_ihc_operator_equals_the_kernel_and_opcheck(dtype):
+    m = Paulick2024(n_channels=3, dtype=dtype)
+    c = {k: float(v.to(dtype)) for k, v in m._ihc_step_constants(D).items()}
+    consts = [c[k] for k in ops_paulick.IHC_STEP_KEYS]
+    x = (_noise(6, 801, dtype) * 30).reshape(2, 3, 801)
+    w0 = (1e-3 * torch.randn(2, 3, dtype=D)).to(dtype)
+    with torch.inference_mode():
+        ref = k_paulick.ihc(x, c, w0)
+        _equal(ops_paulick.ihc(x, c, w0), ref)
+        # one signal (T,) with a 0-d state: the kernel's one row
+        y, w = ops_paulick.ihc(x[1, 2], c, w0[1, 2])
+        _equal((y, w), tuple(v[0] for v in k_paulick.ihc(x[1, 2][None], c, w0[1, 2][None])))
+        # a broadcast state: rest for every row
+        _equal(ops_paulick.ihc(x, c, x.new_zeros(())), k_paulick.ihc(x, c, x.new_zeros(())))
+    op = torch.ops.lhotse_amt.paulick_ihc.default
+    for args in ((x, consts, w0), (x[0, 0], consts, w0[0, 0]), (x[0], consts, w0[0])):
+        torch.library.opcheck(op, args)
+    assert ops_paulick.ihc_runs_on(torch.device("cpu"))
+
+
 @pytest.mark.parametrize("dtype", [D, torch.float32])
 def test_model_output_equals_the_kernels_path(dtype, monkeypatch):
     m = Paulick2024(n_channels=4, dtype=dtype)
@@ -142,9 +200,14 @@ def test_model_output_equals_the_kernels_path(dtype, monkeypatch):
     _equal(stream, ref_stream)
 
 
-def test_model_reaches_the_kernels_only_through_operators():
-    tree = ast.parse((PKG / "models" / "paulick2024.py").read_text())
+@pytest.mark.parametrize(
+    "path", ["models/paulick2024.py", "functional/drnl.py", "functional/ihc_paulick.py"]
+)
+def test_model_and_stages_reach_the_kernels_only_through_operators(path):
+    tree = ast.parse((PKG / path).read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             assert not (node.module and "kernels" in node.module), node.module
             assert not any(a.name == "kernels" for a in node.names)
+        if isinstance(node, ast.Import):
+            assert not any("kernels" in a.name for a in node.names)
