@@ -1,6 +1,7 @@
 """Triton kernels (CUDA) of the differentiable operators in :mod:`lhotse_amt.ops`, one
-module per operator; this module gathers their host functions (the operators' CUDA
-registrations call them from here).
+module per operator (which the operators import at first use on CUDA:
+:class:`lhotse_amt.ops.rowop.DeviceKernels`); this module gathers their host functions in
+one namespace (tests, availability).
 
 * :mod:`lhotse_amt.kernels.triton_sos`: ``sos_forward`` / ``sos_backward``,
 * :mod:`lhotse_amt.kernels.triton_resonator`: ``resonator_forward`` / ``resonator_backward``,
