@@ -144,3 +144,21 @@ def test_ihc_operator_cuda_matches_cpu():
         assert a.shape == b.shape and a.dtype == b.dtype
         err = (a.cpu() - b).abs().max() / b.abs().max().clamp_min(1e-300)
         assert err <= 1e-10, err
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_no_grad_ihc_operator_cuda_matches_reference(dtype):
+    # eager CUDA inference of the IHC stage: lhotse_amt::paulick_ihc's Triton kernel
+    from lhotse_amt.functional.ihc_paulick import ihc_paulick
+
+    g = torch.Generator().manual_seed(1)
+    x = 3e-3 * torch.randn(3, 4, 2000, generator=g, dtype=torch.float64)
+    x[..., 500:900] *= 40  # into saturation for a while
+    ref, wref = ihc_paulick(x, 44100, backend="reference", return_state=True)
+    with torch.inference_mode():
+        y, w = ihc_paulick(x.to(dtype).cuda(), 44100, return_state=True)
+    assert y.dtype == w.dtype == dtype and y.shape == ref.shape and w.shape == wref.shape
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    assert (y.cpu().double() - ref).abs().max() <= tol * ref.abs().max()
