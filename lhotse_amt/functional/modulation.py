@@ -408,16 +408,8 @@ def modulation_filterbank(
         # the register kernel (8 channels per vector) gives the same bits; LHOTSE_AMT_SIMD=0
         # keeps the channel-by-channel kernel
         kernel = modbank_simd if modbank_simd.ENABLED else modbank
-        out, st = kernel.modulation_bank(
-            x,
-            lp_sos,
-            prefilter_sos,
-            poles[:, 1:, 0],
-            gains[:, 1:, 0],
-            use_abs[:, 1:],
-            scale,
-            state,
-        )
+        filters = (lp_sos, prefilter_sos, poles[:, 1:, 0], gains[:, 1:, 0], use_abs[:, 1:], scale)
+        out, st = kernel.modulation_bank(x, filters, state)
         return (out, st) if return_state else out
     u, lp, new_state = _lowpass(x, lp_sos, prefilter_sos, state, backend)
     be = resolve_backend(backend, u, poles, gains)

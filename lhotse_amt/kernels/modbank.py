@@ -149,18 +149,15 @@ def state_arrays(
 
 
 def modulation_bank(
-    x: torch.Tensor,
-    lp_sos: torch.Tensor,
-    prefilter_sos: torch.Tensor | None,
-    pole: torch.Tensor,
-    gain: torch.Tensor,
-    use_abs: torch.Tensor,
-    scale: torch.Tensor,
-    state: dict | None,
+    x: torch.Tensor, filters: tuple, state: dict | None
 ) -> tuple[torch.Tensor, dict]:
-    """``x (..., C, T)``; band-pass ``pole``/``gain`` complex ``(C, M-1)``, ``use_abs``
-    ``(C, M-1)``; ``scale (C, M)`` for all bands. Returns ``(..., C, M, T)`` in ``x``'s
-    dtype and the state (keys ``pre``, ``lp``, ``bp`` as the unfused function)."""
+    """``x (..., C, T)`` through the bank's ``filters = (lp_sos, prefilter_sos, pole, gain,
+    use_abs, scale)`` (the filters of every modulation-bank kernel): low-pass sections
+    ``lp_sos (SL, 6)``, prefilter sections ``prefilter_sos (SP, 6)`` or ``None``, band-pass
+    ``pole``/``gain`` complex ``(C, M-1)``, ``use_abs (C, M-1)`` and ``scale (C, M)`` for
+    all bands. Returns ``(..., C, M, T)`` in ``x``'s dtype and the state (keys ``pre``,
+    ``lp``, ``bp`` as the unfused function)."""
+    lp_sos, prefilter_sos, pole, gain, use_abs, scale = filters
     _threads()
     lead = x.shape[:-2]
     C, T = x.shape[-2], x.shape[-1]

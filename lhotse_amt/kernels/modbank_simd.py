@@ -302,17 +302,8 @@ def _pooled_kernel(j0, j1, x, P, Z, s, e, nf, R, out, SP, SL, M1, FLAGS):  # noq
 class _Packed:
     """Arguments of the kernels in their block layout, and the way back for the states."""
 
-    def __init__(
-        self,
-        x: torch.Tensor,
-        lp_sos: torch.Tensor,
-        prefilter_sos: torch.Tensor | None,
-        pole: torch.Tensor,
-        gain: torch.Tensor,
-        use_abs: torch.Tensor,
-        scale: torch.Tensor,
-        state: dict | None,
-    ) -> None:
+    def __init__(self, x: torch.Tensor, filters: tuple, state: dict | None) -> None:
+        lp_sos, prefilter_sos, pole, gain, use_abs, scale = filters
         self.lead = x.shape[:-2]
         C, T = x.shape[-2], x.shape[-1]
         self.xn = _np(x.reshape(-1, C, T))
@@ -386,20 +377,12 @@ class _Packed:
 
 
 def modulation_bank(
-    x: torch.Tensor,
-    lp_sos: torch.Tensor,
-    prefilter_sos: torch.Tensor | None,
-    pole: torch.Tensor,
-    gain: torch.Tensor,
-    use_abs: torch.Tensor,
-    scale: torch.Tensor,
-    state: dict | None,
+    x: torch.Tensor, filters: tuple, state: dict | None
 ) -> tuple[torch.Tensor, dict]:
     """Drop-in for :func:`lhotse_amt.kernels.modbank.modulation_bank` (same arguments, state
-    keys and results): ``x (..., C, T)``; band-pass ``pole``/``gain`` complex ``(C, M-1)``,
-    ``use_abs`` ``(C, M-1)``; ``scale (C, M)``. Returns ``(..., C, M, T)`` in ``x``'s dtype and
-    the state (keys ``pre``, ``lp``, ``bp``)."""
-    k = _Packed(x, lp_sos, prefilter_sos, pole, gain, use_abs, scale, state)
+    keys and results): ``x (..., C, T)`` through the bank's ``filters``. Returns
+    ``(..., C, M, T)`` in ``x``'s dtype and the state (keys ``pre``, ``lp``, ``bp``)."""
+    k = _Packed(x, filters, state)
     y = _alloc.empty((k.B, k.C, k.M1 + 1, k.T), k.xn.dtype)
     if k.T > 0:
         args = (k.xn, k.P, k.Z, k.sc, y, *k.literals())
@@ -409,12 +392,7 @@ def modulation_bank(
 
 def modulation_bank_pooled(
     x: torch.Tensor,
-    lp_sos: torch.Tensor,
-    prefilter_sos: torch.Tensor | None,
-    pole: torch.Tensor,
-    gain: torch.Tensor,
-    use_abs: torch.Tensor,
-    scale: torch.Tensor,
+    filters: tuple,
     state: dict | None,
     starts: np.ndarray,
     ends: np.ndarray,
@@ -430,7 +408,7 @@ def modulation_bank_pooled(
     ``(B, C, M, F)`` float64, equal bit for bit to
     :func:`lhotse_amt.kernels.paulick.pool_held` of :func:`modulation_bank`'s output, and the
     new state."""
-    k = _Packed(x, lp_sos, prefilter_sos, pole, gain, use_abs, scale, state)
+    k = _Packed(x, filters, state)
     starts = np.ascontiguousarray(starts, np.int64).reshape(k.B, -1)
     ends = np.ascontiguousarray(ends, np.int64).reshape(k.B, -1)
     counts = np.ascontiguousarray(counts, np.int64).reshape(k.B)

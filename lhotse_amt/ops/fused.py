@@ -373,7 +373,7 @@ def _modulation_pooled(
         out, new = _triton("modulation_pooled").modulation_pooled(x, filters, st, frames, R, rms)
     else:
         f = (starts.numpy(), stops.numpy(), counts.numpy())
-        out_np, new = _modbank.modulation_bank_pooled(x, *filters, st, *f, R, rms)
+        out_np, new = _modbank.modulation_bank_pooled(x, filters, st, *f, R, rms)
         out = torch.from_numpy(out_np)
     return out, [new[k] for k in ("lp", "bp", "pre") if k in new]
 

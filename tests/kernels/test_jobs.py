@@ -39,10 +39,11 @@ def _bank_out(threads: int) -> tuple[torch.Tensor, dict]:
     n = torch.get_num_threads()
     try:
         torch.set_num_threads(threads)
-        return modbank_simd.modulation_bank(
-            x, bank.lp_sos, bank.prefilter_sos, bank.poles[idx, 1:, 0],
-            bank.gains[idx, 1:, 0], bank.use_abs[idx, 1:], bank.scale[idx], None,
+        filters = (
+            bank.lp_sos, bank.prefilter_sos, bank.poles[idx, 1:, 0], bank.gains[idx, 1:, 0],
+            bank.use_abs[idx, 1:], bank.scale[idx],
         )  # fmt: skip
+        return modbank_simd.modulation_bank(x, filters, None)
     finally:
         torch.set_num_threads(n)
 

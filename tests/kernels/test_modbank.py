@@ -48,8 +48,8 @@ def test_register_kernel_equals_channel_kernel(model: str, channels: int, dtype)
     # of 8), then 367 from the returned states
     st_a = st_b = None
     for part in (x[..., :333], x[..., 333:]):
-        ya, st_a = modbank.modulation_bank(part, *args, st_a)
-        yb, st_b = modbank_simd.modulation_bank(part, *args, st_b)
+        ya, st_a = modbank.modulation_bank(part, args, st_a)
+        yb, st_b = modbank_simd.modulation_bank(part, args, st_b)
         assert yb.dtype == dtype and yb.shape == ya.shape
         assert torch.equal(ya, yb)
         assert st_a.keys() == st_b.keys()
@@ -66,8 +66,8 @@ def test_register_kernel_short_inputs() -> None:
     args = _args(bank, torch.arange(50))
     for n in (1, 7, 8, 9):  # shorter than one 8 x 8 tile, one tile, one and a tail
         x = torch.rand(1, 50, n)
-        ya, sa = modbank.modulation_bank(x, *args, None)
-        yb, sb = modbank_simd.modulation_bank(x, *args, None)
+        ya, sa = modbank.modulation_bank(x, args, None)
+        yb, sb = modbank_simd.modulation_bank(x, args, None)
         assert torch.equal(ya, yb)
         for k in sa:
             assert torch.equal(sa[k], sb[k])
@@ -120,8 +120,8 @@ def test_pooled_register_kernel_equals_pooling_the_output(rms: bool, dtype) -> N
     f = np.arange(F)
     starts = np.stack([f * hop] * 3)
     ends = np.stack([np.minimum((f + 1) * hop, n) for n in lengths])
-    got, st_got = modbank_simd.modulation_bank_pooled(x, *args, None, starts, ends, counts, R, rms)
-    y, st_ref = modbank.modulation_bank(x, *args, None)
+    got, st_got = modbank_simd.modulation_bank_pooled(x, args, None, starts, ends, counts, R, rms)
+    y, st_ref = modbank.modulation_bank(x, args, None)
     for b in range(3):
         nb = counts[b]
         ref = pool_held(y[b].reshape(-1, 700), None, starts[b, :nb], ends[b, :nb], R, rms)
