@@ -18,15 +18,15 @@ import torch
 from . import triton_common as tc
 from .autodiff import CHECKPOINT_BLOCK as CK
 from .rows import RowKernels
-from .triton_common import HAVE_TRITON, copy_states, load_plane, row_block, store_plane
+from .triton_common import copy_states, load_plane, plane_rows, reverse_block, store_plane
 
-if HAVE_TRITON:
+if tc.HAVE_TRITON:
     import triton
     import triton.language as tl
 
 __all__ = ["adaptation_forward", "adaptation_backward"]
 
-if HAVE_TRITON:
+if tc.HAVE_TRITON:
 
     @triton.jit
     def _lim_e(w, m):
@@ -103,9 +103,7 @@ if HAVE_TRITON:
         BLOCK: tl.constexpr,
     ):  # fmt: skip
         # z (R, J): zi on entry, zf on exit; ck (R, nb, J) (KEEP); rec (2, CK, RP) scratch
-        rm, r64, rr64, RV, xr, c = row_block(xrow_ptr, crow_ptr, R, RP, BLOCK)
-        PV = RV * CK
-        rp = rec_ptr + r64
+        rm, r64, rr64, RV, xr, c, PV, rp = plane_rows(xrow_ptr, crow_ptr, rec_ptr, R, RP, CK, BLOCK)
         nb = tl.cdiv(T, CK)
         for b in range(nb):
             if KEEP:
@@ -128,14 +126,10 @@ if HAVE_TRITON:
         # z (R, J) scratch states; lam (R, J): gzf on entry, gzi on exit; ga, gm (R, J)
         # zeros on entry; rec (3 + 5 J, CK, RP) scratch: the chain (2 planes), the adjoint
         # of the current loop's output (plane 2) and the recorded terms (see _adapt_block)
-        rm, r64, rr64, RV, xr, c = row_block(xrow_ptr, crow_ptr, R, RP, BLOCK)
-        PV = RV * CK
-        rp = rec_ptr + r64
+        rm, r64, rr64, RV, xr, c, PV, rp = plane_rows(xrow_ptr, crow_ptr, rec_ptr, R, RP, CK, BLOCK)
         nb = tl.cdiv(T, CK)
         for bb in range(nb):
-            b = nb - 1 - bb
-            t0 = b * CK
-            n = tl.minimum(CK, T - t0)
+            b, t0, n = reverse_block(bb, nb, T, CK)
             copy_states(z_ptr, ck_ptr, r64, rm, b, nb, J, False)
             tl.debug_barrier()
             _adapt_block(

@@ -99,6 +99,21 @@ if HAVE_TRITON:
             dst += 1
 
     @triton.jit
+    def plane_rows(xrow_ptr, crow_ptr, rec_ptr, R, RP, CK: tl.constexpr, BLOCK: tl.constexpr):
+        """:func:`row_block`, then the step ``PV`` from one scratch plane to the next and
+        the program's columns ``rp`` in the scratch buffer at ``rec_ptr``."""
+        rm, r64, rr64, RV, xr, c = row_block(xrow_ptr, crow_ptr, R, RP, BLOCK)
+        return rm, r64, rr64, RV, xr, c, RV * CK, rec_ptr + r64
+
+    @triton.jit
+    def reverse_block(bb, nb, T, CK: tl.constexpr):
+        """Block ``bb`` of ``nb`` counted from the last (the backward's order): its index
+        ``b``, its first sample ``t0`` and its number of samples ``n``."""
+        b = nb - 1 - bb
+        t0 = b * CK
+        return b, t0, tl.minimum(CK, T - t0)
+
+    @triton.jit
     def copy_states(z_ptr, ck_ptr, r64, rm, b, nb, NS, TO_CK: tl.constexpr):
         """The rows' ``NS`` float64 states ``z (R, NS)`` to (``TO_CK``) or from checkpoint
         ``b`` of ``ck (R, nb, NS)``."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 from . import triton_common as tc
 from .autodiff import CHECKPOINT_BLOCK as CK
 from .rows import RowKernels
-from .triton_common import HAVE_TRITON, row_block
+from .triton_common import HAVE_TRITON, plane_rows, reverse_block, row_block
 
 if HAVE_TRITON:
     import triton
@@ -92,9 +92,7 @@ if HAVE_TRITON:
         # lam (R,): gzf on entry, gzi on exit; gc (R, 12) zeros on entry; ck (R, nb) the
         # forward's checkpoints; rec (4, CK, RP) scratch: W[n-1], A, B = e1 e0 and 1 / D
         # of every sample of the block
-        rm, r64, rr64, RV, xr, c = row_block(xrow_ptr, crow_ptr, R, RP, BLOCK)
-        PV = RV * CK
-        rp = rec_ptr + r64
+        rm, r64, rr64, RV, xr, c, PV, rp = plane_rows(xrow_ptr, crow_ptr, rec_ptr, R, RP, CK, BLOCK)
         sc, gm, x0, r0s, r1s, zm = _consts(c_ptr, c)
         kk, gkf, gks, dep, dkf, dks = _circuit(c_ptr, c)
         a = tl.load(lam_ptr + r64, mask=rm, other=0.0)
@@ -111,9 +109,7 @@ if HAVE_TRITON:
         g10 = tl.zeros([BLOCK], tl.float64)
         nb = tl.cdiv(T, CK)
         for bb in range(nb):
-            b = nb - 1 - bb
-            t0 = b * CK
-            n = tl.minimum(CK, T - t0)
+            b, t0, n = reverse_block(bb, nb, T, CK)
             w = tl.load(ck_ptr + r64 * nb + b, mask=rm, other=0.0)
             xp = x_ptr + xr * T + t0
             p = rp

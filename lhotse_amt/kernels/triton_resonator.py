@@ -19,15 +19,15 @@ import torch
 from . import triton_common as tc
 from .autodiff import CHECKPOINT_BLOCK as CK
 from .rows import RowKernels
-from .triton_common import HAVE_TRITON, copy_states, load_plane, row_block, store_plane
+from .triton_common import copy_states, load_plane, plane_rows, reverse_block, store_plane
 
-if HAVE_TRITON:
+if tc.HAVE_TRITON:
     import triton
     import triton.language as tl
 
 __all__ = ["resonator_forward", "resonator_backward"]
 
-if HAVE_TRITON:
+if tc.HAVE_TRITON:
 
     @triton.jit
     def _res_coefs(pole_ptr, gain_ptr, mode_ptr, c):
@@ -95,9 +95,7 @@ if HAVE_TRITON:
         R, RP, T, K, CK: tl.constexpr, BLOCK: tl.constexpr,
     ):  # fmt: skip
         # z (R, K, 2): zi on entry, zf on exit; ck (R, nb, K, 2); rec (4, CK, RP) scratch
-        rm, r64, rr64, RV, xr, c = row_block(xrow_ptr, crow_ptr, R, RP, BLOCK)
-        PV = RV * CK
-        rp = rec_ptr + r64
+        rm, r64, rr64, RV, xr, c, PV, rp = plane_rows(xrow_ptr, crow_ptr, rec_ptr, R, RP, CK, BLOCK)
         pr, pi, gr, gi, ab = _res_coefs(pole_ptr, gain_ptr, mode_ptr, c)
         nb = tl.cdiv(T, CK)
         for b in range(nb):
@@ -127,9 +125,7 @@ if HAVE_TRITON:
         # z (R, K, 2) scratch states; lam (R, K, 2): gzf on entry, gzi on exit;
         # rec (2 K + 6, CK, RP) scratch: the chain (4 planes), the section states before
         # each sample (2 K planes) and the adjoint of the current section's output (2)
-        rm, r64, rr64, RV, xr, c = row_block(xrow_ptr, crow_ptr, R, RP, BLOCK)
-        PV = RV * CK
-        rp = rec_ptr + r64
+        rm, r64, rr64, RV, xr, c, PV, rp = plane_rows(xrow_ptr, crow_ptr, rec_ptr, R, RP, CK, BLOCK)
         pr, pi, gr, gi, ab = _res_coefs(pole_ptr, gain_ptr, mode_ptr, c)
         gpr = tl.zeros([BLOCK], tl.float64)
         gpi = tl.zeros([BLOCK], tl.float64)
@@ -137,9 +133,7 @@ if HAVE_TRITON:
         ggi = tl.zeros([BLOCK], tl.float64)
         nb = tl.cdiv(T, CK)
         for bb in range(nb):
-            b = nb - 1 - bb
-            t0 = b * CK
-            n = tl.minimum(CK, T - t0)
+            b, t0, n = reverse_block(bb, nb, T, CK)
             copy_states(z_ptr, ck_ptr, r64, rm, b, nb, 2 * K, False)
             tl.debug_barrier()
             _res_block(x_ptr + xr * T + t0, n, pr, pi, K, z_ptr, r64, rm, rp, RV, PV, True)

@@ -18,15 +18,15 @@ import torch
 from . import triton_common as tc
 from .autodiff import CHECKPOINT_BLOCK as CK
 from .rows import RowKernels
-from .triton_common import HAVE_TRITON, copy_states, load_plane, row_block, store_plane
+from .triton_common import copy_states, load_plane, reverse_block, row_block, store_plane
 
-if HAVE_TRITON:
+if tc.HAVE_TRITON:
     import triton
     import triton.language as tl
 
 __all__ = ["sos_forward", "sos_backward"]
 
-if HAVE_TRITON:
+if tc.HAVE_TRITON:
 
     @triton.jit
     def _sos_coefs(sos_ptr, c, S, s):
@@ -99,9 +99,7 @@ if HAVE_TRITON:
         gp = g_ptr + r64
         nb = tl.cdiv(T, CK)
         for bb in range(nb):
-            b = nb - 1 - bb
-            t0 = b * CK
-            n = tl.minimum(CK, T - t0)
+            b, t0, n = reverse_block(bb, nb, T, CK)
             copy_states(z_ptr, ck_ptr, r64, rm, b, nb, 2 * S, False)
             _sos_block(x_ptr + xr * T + t0, n, sos_ptr, c, S, z_ptr, r64, rm, wp, RV, S + 1, CK)
             load_plane(gy_ptr + rr64 * T + t0, gp, n, RV)
