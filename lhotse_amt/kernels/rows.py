@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from .. import _alloc
 from .autodiff import checkpoint_blocks
 from .cpu import _np, _threads
 
@@ -39,6 +40,15 @@ __all__ = ["KernelPair", "RowKernels", "numba_launch"]
 
 #: a backend's kernel launch: the prepared arguments of the convention above
 Launch = Callable[..., None]
+
+
+def signal_buffer(shape: tuple[int, int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An uninitialised signal-sized output ``(R, T)``: on the CPU from the host cache
+    (:mod:`lhotse_amt._alloc`; where it is on, a training step reuses the previous step's
+    pages instead of faulting in fresh ones), elsewhere from PyTorch's allocator."""
+    if device.type == "cpu":
+        return _alloc.empty_tensor(shape, dtype)
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def f64(t: torch.Tensor) -> torch.Tensor:
@@ -117,7 +127,7 @@ class RowKernels(KernelPair):
         *coefs, zi = args
         R, T = xrow.shape[0], x.shape[1]
         dev = x.device
-        y = torch.empty((R, T), dtype=x.dtype, device=dev)
+        y = signal_buffer((R, T), x.dtype, dev)
         zf = f64(zi).clone()
         nb = checkpoint_blocks(T) if keep else 0
         ck = torch.empty((R, nb, *zi.shape[1:]), dtype=torch.float64, device=dev)
@@ -138,7 +148,7 @@ class RowKernels(KernelPair):
         *coefs, zi, ck, want_x, want_c = args
         R, T = gy.shape
         dev = x.device
-        gx = torch.empty((R, T) if want_x else (R, 0), dtype=x.dtype, device=dev)
+        gx = signal_buffer((R, T) if want_x else (R, 0), x.dtype, dev)
         gc = [
             torch.zeros((R, *c.shape[1:]), dtype=torch.float64, device=dev)
             for c in coefs

@@ -1,9 +1,10 @@
 """The modulation filterbank with the per-channel band counts of its design: only the bands
 each channel has are computed (``counts=``, :func:`modulation_filterbank_channels`, and
-``select=`` of the resonator operator's wrapper). Outputs and gradients equal the padded
-computation bit for bit, the padded coefficients get exactly zero gradients, the
-per-channel outputs equal the plain-torch reference and pass gradcheck, and streaming
-with the band-count path equals one-shot processing."""
+``select=`` of the resonator operator's wrapper). Outputs equal the padded computation
+bit for bit and gradients to float64 rounding (the compiled backward may round a row
+differently in another lane of its vector), the padded coefficients get exactly zero
+gradients, the per-channel outputs equal the plain-torch reference and pass gradcheck, and
+streaming with the band-count path equals one-shot processing."""
 
 import pytest
 import torch
@@ -35,6 +36,12 @@ def _input(bank, T=900, lead=(2,), seed=0):
     return x * torch.linspace(0.01, 1.0, T, dtype=x.dtype)
 
 
+def _assert_rounding(a, b):
+    """Equal to the rounding of float64 recursions (a few ulp of the float32 result)."""
+    tol = 1e-12 if a.dtype in (D, torch.complex128) else 1e-6
+    torch.testing.assert_close(a, b, rtol=tol, atol=tol * float(a.abs().max()))
+
+
 def _grads(bank, x, fn, seed=1):
     """The output of ``fn(x)`` and the gradients of a random projection of it w.r.t. the
     input, the poles and the gains."""
@@ -48,7 +55,7 @@ def _grads(bank, x, fn, seed=1):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, D])
-def test_counts_give_the_padded_outputs_and_gradients_bit_for_bit(dtype):
+def test_counts_give_the_padded_outputs_and_gradients(dtype):
     bank = _bank(dtype)
     counts = bank.band_counts
     assert len(set(counts)) > 1  # channels with different band counts: padding exists
@@ -58,7 +65,7 @@ def test_counts_give_the_padded_outputs_and_gradients_bit_for_bit(dtype):
     sel = _grads(bank, x, lambda v: modulation_filterbank(v, *args, counts=counts))
     assert torch.equal(full[0][0], sel[0][0])
     for a, b in zip(full[1:], sel[1:], strict=True):
-        assert torch.equal(a, b)
+        _assert_rounding(a, b)
     pad = ~torch.isfinite(bank.mfc_padded)
     assert bool(pad.any())
     assert bool((sel[2][pad] == 0).all()) and bool((sel[3][pad] == 0).all())
@@ -76,7 +83,7 @@ def test_channel_outputs_and_gradients_equal_the_padded_computation(dtype):
     for a, b in zip(ref[0], got[0], strict=True):
         assert torch.equal(a, b)
     for a, b in zip(ref[1:], got[1:], strict=True):
-        assert torch.equal(a, b)
+        _assert_rounding(a, b)
 
 
 def test_channel_outputs_and_gradients_match_the_plain_torch_reference():
