@@ -78,9 +78,6 @@ def _frontend_row(
     v = _aligned(1, C, x.dtype)[0]
     u = _aligned(1, C, x.dtype)[0]
     acc = _aligned(1, C, x.dtype)[0]
-    L = lin
-    N1 = nl1
-    N2 = nl2
     ZL = zl[r]
     Z1 = z1[r]
     Z2 = z2[r]
@@ -102,7 +99,7 @@ def _frontend_row(
     nxt = j0
     i = 0
     for n in range(T):
-        _drnl_step(xr[n], g, L, N1, N2, a, b, c, quarter, ZL, Z1, Z2, v, u)
+        _drnl_step(xr[n], g, lin, nl1, nl2, a, b, c, quarter, ZL, Z1, Z2, v, u)
         _ihc_step(v, p, wr)
         _adapt_step(v, aa, mm, rr, sr, minlvl, use_limit, c0, sc, round32, m32, t32)
         if R == 0:
