@@ -43,6 +43,17 @@ _COLS = 512  # columns per block
 
 
 @njit(inline="always", **KERNEL_OPTS)
+def _acc4(o, jj, c0, c1, c2, c3, x0, x1, x2, x3):  # pragma: no cover - compiled
+    # o[jj] += c0 x0 + c1 x1 + c2 x2 + c3 x3, one term after the other (ascending k)
+    v = o[jj]
+    v += c0 * x0
+    v += c1 * x1
+    v += c2 * x2
+    v += c3 * x3
+    o[jj] = v
+
+
+@njit(inline="always", **KERNEL_OPTS)
 def _rows4(a, b, out, i, uj0, n, K):  # pragma: no cover - compiled
     # rows i .. i + 3, columns uj0 .. uj0 + n (unsigned: no wraparound code, the column
     # loops vectorise); four k terms per pass, each element's chain in ascending k
@@ -72,30 +83,10 @@ def _rows4(a, b, out, i, uj0, n, K):  # pragma: no cover - compiled
             x1 = b1[jj]
             x2 = b2[jj]
             x3 = b3[jj]
-            v = o0[jj]
-            v += a00 * x0
-            v += a01 * x1
-            v += a02 * x2
-            v += a03 * x3
-            o0[jj] = v
-            v = o1[jj]
-            v += a10 * x0
-            v += a11 * x1
-            v += a12 * x2
-            v += a13 * x3
-            o1[jj] = v
-            v = o2[jj]
-            v += a20 * x0
-            v += a21 * x1
-            v += a22 * x2
-            v += a23 * x3
-            o2[jj] = v
-            v = o3[jj]
-            v += a30 * x0
-            v += a31 * x1
-            v += a32 * x2
-            v += a33 * x3
-            o3[jj] = v
+            _acc4(o0, jj, a00, a01, a02, a03, x0, x1, x2, x3)
+            _acc4(o1, jj, a10, a11, a12, a13, x0, x1, x2, x3)
+            _acc4(o2, jj, a20, a21, a22, a23, x0, x1, x2, x3)
+            _acc4(o3, jj, a30, a31, a32, a33, x0, x1, x2, x3)
         k += 4
     while k < K:
         b0 = b[k]
