@@ -16,22 +16,31 @@ Their structural arguments are ``literally`` integers (the generated code depend
 them): :func:`literal_entry` compiles or loads the specialisation for the values at hand
 directly, without numba's first typing attempt with plain integers, and keeps its compiled
 entry point, so later calls skip the dispatcher's type resolution too (~0.1 s per call for a
-dispatcher call with ``literally`` arguments).
+dispatcher call with ``literally`` arguments). It compiles them at LLVM optimisation level
+:data:`LITERAL_OPT` instead of numba's default 3: their IR is written vector by vector
+(:mod:`lhotse_amt.kernels.simd`), so the extra work of level 3 finds nothing to improve in
+it (the same kernel speed, measured) but took a third of the compile time of the larger
+ones (the Paulick2024 front end and modulation filterbank: 1.1 of 3.4 CPU-s).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import numba
 import torch
 from numba import types
+from numba.core.compiler_lock import global_compiler_lock
 
-__all__ = ["kernel_threads", "literal_entry", "run_jobs"]
+__all__ = ["LITERAL_OPT", "kernel_threads", "literal_entry", "opt_level", "run_jobs"]
+
+#: LLVM optimisation level of the ``literally`` specialisations (numba's default: 3)
+LITERAL_OPT = 2
 
 #: compiled entry points per dispatcher, argument types and literal values
 _ENTRY: dict[tuple, Callable[..., Any]] = {}
@@ -45,6 +54,21 @@ def kernel_threads() -> int:
     return max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
 
 
+@contextmanager
+def opt_level(level: int) -> Iterator[None]:
+    """Compile at LLVM optimisation level ``level`` (at most numba's configured level,
+    ``NUMBA_OPT``) inside the block. Holds numba's compiler lock, so no other thread
+    compiles meanwhile; numba reads the level when it builds each function's pass
+    pipelines."""
+    with global_compiler_lock:
+        old = numba.config.OPT
+        numba.config.OPT = min(int(old), int(level))
+        try:
+            yield
+        finally:
+            numba.config.OPT = old
+
+
 def literal_entry(disp: Any, args: tuple, n_lit: int) -> Callable[..., Any]:
     """The compiled entry point of the numba dispatcher ``disp`` for ``args`` whose last
     ``n_lit`` values are ``literally`` integers (compiled, or loaded from numba's cache,
@@ -53,7 +77,8 @@ def literal_entry(disp: Any, args: tuple, n_lit: int) -> Callable[..., Any]:
     ep = _ENTRY.get(key)
     if ep is None:
         lits = tuple(types.IntegerLiteral(int(v)) for v in args[-n_lit:])
-        ep = disp.compile(tuple(key[1 : len(args) - n_lit + 1]) + lits)
+        with opt_level(LITERAL_OPT):
+            ep = disp.compile(tuple(key[1 : len(args) - n_lit + 1]) + lits)
         _ENTRY[key] = ep
     return ep
 

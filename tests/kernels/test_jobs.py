@@ -80,3 +80,15 @@ def test_forked_child_launches_on_its_own_threads() -> None:
         p.join(10)
         if p.is_alive():
             p.kill()
+
+
+def test_opt_level_lowers_and_restores_numba_level() -> None:
+    import numba
+
+    old = numba.config.OPT
+    with jobs.opt_level(2):
+        assert numba.config.OPT == min(int(old), 2)
+    assert numba.config.OPT is old
+    with pytest.raises(RuntimeError), jobs.opt_level(1):
+        raise RuntimeError
+    assert numba.config.OPT is old
