@@ -201,16 +201,16 @@ def _adapt_bwd(
             for k in range(_W):
                 for j in range(J):
                     s[j, k] = ck[rows[k], b, j]
-            for k in range(_W):
-                for i in range(n):
+            for i in range(n):
+                for k in range(_W):
                     q = np.float64(x[xr[k], t0 + i])
                     xb[i, k] = q if q > minlvl else minlvl
                     gb[i, k] = gy[rows[k], t0 + i]
             _adapt_record(J, n, xb, aa, mm, use_limit, s, v, sv, inv, wis, dl, dm)
             _adapt_adjoint(J, n, gb, aa, sv, inv, wis, dl, dm, lam, gaa, gmm, gv)
             if want_x:
-                for k in range(nr):
-                    for i in range(n):
+                for i in range(n):
+                    for k in range(nr):
                         q = np.float64(x[xr[k], t0 + i])
                         gx[r0 + k, t0 + i] = gb[i, k] if q > minlvl else 0.0
         for k in range(nr):

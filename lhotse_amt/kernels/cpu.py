@@ -67,17 +67,18 @@ def _lane_rows(N, g):  # pragma: no cover - compiled
 @njit(inline="always", **_NOPY)
 def _load_lanes(x, idx, t0, n, buf):  # pragma: no cover - compiled
     # samples t0 .. t0 + n of the lane rows idx of x (N, T) into buf (chunk, W), transposed
-    for k in range(idx.shape[0]):
-        c = idx[k]
-        for i in range(n):
-            buf[i, k] = x[c, t0 + i]
+    # (sample by sample: buf is written in order, the rows of x are read as streams)
+    for i in range(n):
+        for k in range(idx.shape[0]):
+            buf[i, k] = x[idx[k], t0 + i]
 
 
 @njit(inline="always", **_NOPY)
 def _store_lanes(buf, c0, nc, t0, n, y):  # pragma: no cover - compiled
     # the first nc lanes of buf (chunk, W) back into rows c0 .. c0 + nc of y at t0 .. t0 + n
-    for k in range(nc):
-        for i in range(n):
+    # (sample by sample, as _load_lanes)
+    for i in range(n):
+        for k in range(nc):
             y[c0 + k, t0 + i] = buf[i, k]
 
 

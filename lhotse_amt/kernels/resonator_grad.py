@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit, prange
 
 from .autodiff import _CKA, KERNEL_OPTS
+from .cpu import _store_lanes
 from .fastmath import assume_distinct_arrays, denormals_off, restore_fp_mode
 from .rows import RowKernels, numba_launch
 
@@ -318,9 +319,7 @@ def _res_bwd(
                 _res_record(K, n, xb, pr, pi, gr, gi, ab, sr, si, ur, ui, kr, ki, fr, fi)
                 _res_adjoint(K, n, gb, pr, pi, gr, gi, ur, ui, kr, ki, fr, fi, lr, li, acc, Gr, Gi)
             if want_x:
-                for i in range(n):
-                    for k in range(nr):
-                        gx[r0 + k, t0 + i] = gb[i, k]
+                _store_lanes(gb, r0, nr, t0, n, gx)
         for k in range(nr):
             for q in range(K):
                 gzi[r0 + k, q, 0] = lr[q, k]

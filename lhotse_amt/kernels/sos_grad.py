@@ -154,8 +154,8 @@ def _sos_bwd(
                 for q in range(S):
                     z[q, 0, k] = ck[rows[k], b, q, 0]
                     z[q, 1, k] = ck[rows[k], b, q, 1]
-            for k in range(W):
-                for i in range(n):
+            for i in range(n):
+                for k in range(W):
                     w[0, i, k] = x[xr[k], t0 + i]
                     g[i, k] = gy[rows[k], t0 + i]
             _sos_record(S, n, co, z, w)
