@@ -21,12 +21,35 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from .. import _alloc
 from .cpu import _threads
 from .fastmath import denormals_off, restore_fp_mode
 
-__all__ = ["envelope_forward", "envelope_backward_direct", "envelope_backward_finish"]
+__all__ = [
+    "envelope_forward",
+    "envelope_backward_direct",
+    "envelope_backward_finish",
+    "contiguous_rows",
+]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"contract"})
+#: samples per block of the transposing copy (a block of both layouts stays in cache)
+_TB = 64
+
+
+@njit(parallel=True, **_OPTS)
+def _rows_from_columns(src, dst):  # pragma: no cover - compiled
+    # dst (B, N, T) = src (B, T, N) transposed, block by block of _TB samples: each block
+    # reads _TB consecutive rows of src and writes _TB samples of every row of dst
+    B, T, N = src.shape
+    nb = (T + _TB - 1) // _TB
+    for j in prange(B * nb):
+        b = j // nb
+        n0 = (j % nb) * _TB
+        n1 = min(n0 + _TB, T)
+        for r in range(N):
+            for n in range(n0, n1):
+                dst[b, r, n] = src[b, n, r]
 
 
 @njit(parallel=True, **_OPTS)
@@ -119,13 +142,32 @@ def _slots(sel: list[int], M: int) -> np.ndarray:
     return slot
 
 
+def contiguous_rows(g: torch.Tensor) -> torch.Tensor:
+    """``g (..., F, M, T)`` (any strides) as C-contiguous rows ``(R, M, T)``: a view where
+    it has them, else a copy. A time-major ``g`` (memory order ``(..., T, F, M)``: the
+    gradient of a model output permuted to ``(B, T, F, M)``, as King2019 returns it) is
+    transposed block by block instead of element by element along the rows."""
+    M, T = g.shape[-2], g.shape[-1]
+    if g.is_contiguous():
+        return g.reshape(-1, M, T)
+    gt = g.movedim(-1, -3) if g.dim() >= 3 else g
+    if g.dim() < 3 or not gt.is_contiguous() or g.numel() == 0:
+        return g.reshape(-1, M, T).contiguous()
+    _threads()
+    N = g.shape[-3] * M
+    B = g.numel() // (N * T)
+    out = _alloc.empty_tensor((B * g.shape[-3], M, T), g.dtype)
+    _rows_from_columns(gt.reshape(B, T, N).numpy(), out.view(B, N, T).numpy())
+    return out
+
+
 def envelope_forward(
     x: torch.Tensor, h: torch.Tensor, sel: list[int]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``x (R, M, T)``, ``h (R, S, T)`` the Hilbert transforms of the bands ``sel`` ->
     ``out (R, M, T)`` and the per-row ``(mean(x^2), mean(e^2))`` ``(R, S, 2)`` float64."""
     _threads()
-    out = torch.empty_like(x)
+    out = _alloc.empty_tensor(tuple(x.shape), x.dtype)
     stats = torch.empty((x.shape[0], len(sel), 2), dtype=torch.float64)
     _fwd(x.numpy(), h.numpy(), _slots(sel, x.shape[1]), out.numpy(), stats.numpy())
     return out, stats
@@ -134,9 +176,11 @@ def envelope_forward(
 def envelope_backward_direct(
     g: torch.Tensor, x: torch.Tensor, h: torch.Tensor, stats: torch.Tensor, sel: list[int]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``gx (R, M, T)`` without the Hilbert term and ``gh (R, S, T)`` (its argument)."""
+    """``gx (R, M, T)`` without the Hilbert term and ``gh (R, S, T)`` (its argument);
+    ``g`` may have any strides (:func:`contiguous_rows`)."""
+    g = contiguous_rows(g)
     _threads()
-    gx = torch.empty_like(x)
+    gx = _alloc.empty_tensor(tuple(x.shape), x.dtype)
     gh = torch.empty_like(h)
     slot = _slots(sel, x.shape[1])
     _bwd_direct(g.numpy(), x.numpy(), h.numpy(), slot, stats.numpy(), gx.numpy(), gh.numpy())

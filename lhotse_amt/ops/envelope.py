@@ -22,6 +22,7 @@ Reference: A. King, L. Varnet, C. Lorenzi (2019), JASA 145, 2277-2293.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -97,11 +98,17 @@ _KERNELS = DeviceKernels(
 )
 
 
+def _rows(x: Tensor) -> Tensor:
+    """``x (..., M, T)`` as rows ``(R, M, T)``."""
+    return x.reshape(-1, x.shape[-2], x.shape[-1])
+
+
 def _forward(k: Any, x: Tensor, sel: list[int]) -> tuple[Tensor, Tensor, Tensor]:
     """The operator's forward with the kernel functions ``k``."""
-    h = _hilbert(x[:, sel])
-    out, stats = k.envelope_forward(x, h, sel)
-    return out, h, stats
+    x3 = _rows(x)
+    h = _hilbert(x3[:, sel])
+    out, stats = k.envelope_forward(x3, h, sel)
+    return out.view(x.shape), h, stats
 
 
 def _backward_rows(
@@ -109,22 +116,24 @@ def _backward_rows(
 ) -> Tensor:
     """The backward operator with the kernel functions ``k``: all of the chain rule but
     one Hilbert transform in the kernels, that transform between them."""
-    gx, gh = k.envelope_backward_direct(g, x, h, stats, sel)
+    gx, gh = k.envelope_backward_direct(g, _rows(x), h, stats, sel)
     k.envelope_backward_finish(gx, _hilbert(gh), sel)
-    return gx
+    return gx.view(x.shape)
 
 
 @torch.library.custom_op(f"{_LIB}::rms_envelope", mutates_args=())
 def rms_envelope_rows(x: Tensor, sel: list[int]) -> tuple[Tensor, Tensor, Tensor]:
-    """``x (R, M, T)`` real, ``sel`` the bands to replace (distinct, in ``[0, M)``) ->
-    the output ``(R, M, T)``, the Hilbert transforms of the selected bands ``(R, S, T)``
-    and the per-row ``(mean(x^2), mean(e^2))`` ``(R, S, 2)`` float64 (both no gradient)."""
+    """``x (..., M, T)`` real and contiguous, ``sel`` the bands to replace (distinct, in
+    ``[0, M)``) -> the output shaped like ``x``, the Hilbert transforms of the selected
+    bands ``(R, S, T)`` and the per-row ``(mean(x^2), mean(e^2))`` ``(R, S, 2)`` float64
+    (both no gradient), ``R`` the product of the leading dimensions. The gradient may come
+    in any layout (the CPU kernels transpose a time-major one block by block)."""
     return _forward(_KERNELS.on(x), x, sel)
 
 
 @rms_envelope_rows.register_fake
 def _(x: Tensor, sel: list[int]):
-    R, _, T = x.shape
+    R, T = math.prod(x.shape[:-2]), x.shape[-1]
     S = len(sel)
     return (
         torch.empty_like(x),
@@ -137,6 +146,8 @@ def _(x: Tensor, sel: list[int]):
 def _rms_envelope_backward(
     g: Tensor, x: Tensor, h: Tensor, stats: Tensor, sel: list[int]
 ) -> Tensor:
+    if x.device.type != "cpu":
+        g = _rows(g.contiguous())
     return _backward_rows(_KERNELS.on(x), g, x, h, stats, sel)
 
 
@@ -154,7 +165,9 @@ def _setup(ctx: Any, inputs: tuple, output: tuple) -> None:
 
 def _backward(ctx: Any, g: Tensor, _gh: Tensor, _gs: Tensor) -> tuple[Tensor, None]:
     x, h, stats = ctx.saved_tensors
-    g = g.contiguous() if g is not None else torch.zeros_like(x)
+    # g keeps its layout: the CPU kernels read a time-major gradient (a model output
+    # permuted to (B, T, F, M)) block by block; other devices make it contiguous
+    g = g if g is not None else torch.zeros_like(x)
     return _rms_envelope_backward(g, x, h, stats, ctx.sel), None
 
 
@@ -176,5 +189,6 @@ def rms_envelope(x: Tensor, bands: Sequence[int]) -> Tensor:
         raise ValueError(f"bands must lie in [0, {M}) (x has {M} bands on dim -2), got {sel}")
     if not sel or T == 0:
         return x.clone()
-    out, _, _ = rms_envelope_rows(x.reshape(-1, M, T).contiguous(), sel)
+    lead = x.shape[:-2] if x.dim() > 2 else (1,)
+    out, _, _ = rms_envelope_rows(x.reshape(*lead, M, T).contiguous(), sel)
     return out.reshape(x.shape)

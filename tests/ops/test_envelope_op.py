@@ -43,6 +43,25 @@ def test_values_and_gradients_equal_reference_autograd(T):
     assert float((gx - gr).abs().max()) <= 1e-10 * float(gr.abs().max())
 
 
+@pytest.mark.parametrize("layout", ["time-major", "strided"])
+def test_gradient_of_any_layout_equals_the_contiguous_gradient(layout):
+    # a model output permuted to (B, T, F, M) sends back a time-major gradient, which the
+    # CPU kernels transpose block by block; other layouts are made contiguous
+    x = _bands((2, 3, 5, 700), 4, torch.float32).requires_grad_(True)
+    sel = [2, 3, 4]
+    y = ops.rms_envelope(x, sel)
+    g = _bands((2, 3, 5, 700), 5, torch.float32)
+    if layout == "time-major":
+        gl = g.permute(0, 3, 1, 2).contiguous().permute(0, 2, 3, 1)
+        assert gl.permute(0, 3, 1, 2).is_contiguous()
+    else:
+        gl = torch.zeros(2, 3, 5, 1400).narrow(-1, 0, 700).copy_(g)
+    assert torch.equal(gl, g) and not gl.is_contiguous()
+    (gx,) = torch.autograd.grad(y, x, g, retain_graph=True)
+    (gxl,) = torch.autograd.grad(y, x, gl)
+    assert torch.equal(gx, gxl)
+
+
 def test_float32_is_close_to_float64():
     x = _bands((1, 4, 6, 800), 2)
     y32 = ops.rms_envelope(x.float(), [2, 5])
