@@ -17,7 +17,9 @@ Importing the package leaves numba's settings alone. :func:`use_fork_safe_thread
 ``fork``.
 """
 
+import functools
 import os
+from typing import Any
 
 #: numba's threading layers in the order :func:`use_fork_safe_threading` prefers them
 FORK_SAFE_PRIORITY = ["tbb", "workqueue", "omp"]
@@ -56,3 +58,16 @@ SIMD = os.environ.get("LHOTSE_AMT_SIMD", "1") != "0"
 def triton_interpreted() -> bool:
     """True when Triton runs in its CPU interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@functools.cache
+def triton_module() -> Any:
+    """The ``triton`` module, imported at the first call (``None`` where Triton is not
+    installed or does not import). Importing Triton costs about a tenth of a CPU-second,
+    which a process that only runs the CPU kernels does not pay."""
+    try:
+        import triton
+        import triton.language  # noqa: F401
+    except Exception:  # pragma: no cover - depends on the installation
+        return None
+    return triton

@@ -12,8 +12,9 @@ Semantics (identical to :func:`lhotse_amt.functional.loudness.agc_reference`), p
   float32 or float64 (computed in the input dtype); :func:`agc_numba_cols` runs the same
   recursion down the columns of ``(N, T, C)`` arrays (frames x channels, vectorised over
   channels).
-* :func:`agc_triton`: Triton GPU kernel (one program per row, sequential over time). Only
-  defined when ``triton`` imports; ``HAS_TRITON`` tells. Runs under ``TRITON_INTERPRET=1``.
+* :func:`agc_triton`: Triton GPU kernel (one program per row, sequential over time;
+  :mod:`lhotse_amt.kernels.triton_stagewise`, Triton imported at the first call);
+  ``HAS_TRITON`` tells whether Triton imports. Runs under ``TRITON_INTERPRET=1``.
 
 Both take ``(N, T)`` tensors and return a new ``(N, T)`` tensor; they do not track gradients.
 """
@@ -25,9 +26,10 @@ import torch
 from numba import njit
 
 from .. import _alloc
+from . import triton_module
 from .fastmath import NO_CFUNC, denormals_off, prefer_wide_vectors, restore_fp_mode
 
-__all__ = ["agc_numba", "agc_numba_cols", "agc_numba_state", "agc_triton", "HAS_TRITON"]
+__all__ = ["agc_numba", "agc_numba_cols", "agc_numba_state", "agc_triton"]
 
 
 @njit(cache=True, nogil=True, **NO_CFUNC)
@@ -123,42 +125,16 @@ def agc_numba(x: torch.Tensor, attack: float, release: float) -> torch.Tensor:
     return _run(_agc_kernel, x, attack, release)
 
 
-try:  # pragma: no cover - optional dependency
-    import triton
-    import triton.language as tl
-
-    HAS_TRITON = True
-except Exception:  # pragma: no cover - triton missing or broken
-    triton = None
-    tl = None
-    HAS_TRITON = False
+def __getattr__(name: str) -> bool:
+    if name == "HAS_TRITON":  # whether Triton imports (it is imported at the first ask)
+        return triton_module() is not None
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-if HAS_TRITON:  # pragma: no cover - exercised only where triton is installed
-
-    @triton.jit
-    def _agc_triton_kernel(x_ptr, y_ptr, n_t, attack, release):
-        r = tl.program_id(0)
-        base = r.to(tl.int64) * n_t
-        s = tl.load(x_ptr + base) * 0.0
-        for t in range(n_t):
-            v = tl.load(x_ptr + base + t)
-            a = tl.where(v > s, attack, release)
-            s = s + a * (v - s)
-            tl.store(y_ptr + base + t, s)
-
-    def agc_triton(x: torch.Tensor, attack: float, release: float) -> torch.Tensor:
-        """AGC of each row of ``x (N, T)`` with the Triton kernel (CUDA or interpreter)."""
-        if x.dim() != 2:
-            raise ValueError(f"expected (N, T), got {tuple(x.shape)}")
-        xc = x.detach().contiguous()
-        y = torch.empty_like(xc)
-        if xc.numel() > 0:
-            _agc_triton_kernel[(xc.shape[0],)](xc, y, xc.shape[1], float(attack), float(release))
-        return y
-
-else:
-
-    def agc_triton(x: torch.Tensor, attack: float, release: float) -> torch.Tensor:
-        """Unavailable: ``triton`` is not installed."""
+def agc_triton(x: torch.Tensor, attack: float, release: float) -> torch.Tensor:
+    """AGC of each row of ``x (N, T)`` with the Triton kernel (CUDA or interpreter)."""
+    if triton_module() is None:
         raise RuntimeError("triton is not available; use agc_numba or the torch reference")
+    from .triton_stagewise import agc
+
+    return agc(x, attack, release)

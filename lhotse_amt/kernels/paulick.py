@@ -23,9 +23,10 @@ the recursion of its plain-torch reference:
   under chunking), blocked so that the inner loop runs over outputs;
 * :func:`pool_held` - frame means / rms of a signal held over ``R`` samples, ``O(D M)``.
 
-Triton (CUDA): :func:`ihc_triton`, one program per block of rows, sequential in time.
-Importing this module never fails without Triton or a GPU (``HAS_TRITON`` /
-:func:`triton_available`); ``TRITON_INTERPRET=1`` runs the kernel on the CPU (tests).
+Triton (CUDA): :func:`ihc_triton`, one program per block of rows, sequential in time
+(:mod:`lhotse_amt.kernels.triton_stagewise`). Importing this module never fails without
+Triton or a GPU, nor imports Triton (``HAS_TRITON`` / :func:`triton_available` import it
+when asked); ``TRITON_INTERPRET=1`` runs the kernel on the CPU (tests).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import torch
 from numba import njit, prange
 
 from .. import _alloc
-from . import triton_interpreted
+from . import triton_interpreted, triton_module
 from .cpu import _threads, overshoot_limit32_
 from .fastmath import (
     NO_CFUNC,
@@ -53,7 +54,6 @@ __all__ = [
     "fir",
     "pool_held",
     "ihc_triton",
-    "HAS_TRITON",
     "triton_available",
 ]
 
@@ -502,54 +502,17 @@ def ihc(
 # Triton (CUDA; CPU interpreter with TRITON_INTERPRET=1)
 # --------------------------------------------------------------------------------------
 
-try:  # pragma: no cover - depends on the installation
-    import triton
-    import triton.language as tl
-
-    HAS_TRITON = True
-except Exception:  # pragma: no cover
-    HAS_TRITON = False
-
 
 def triton_available() -> bool:
-    """True when :func:`ihc_triton` can run (CUDA device or ``TRITON_INTERPRET=1``)."""
-    return HAS_TRITON and (torch.cuda.is_available() or triton_interpreted())
+    """True when :func:`ihc_triton` can run (CUDA device or ``TRITON_INTERPRET=1``, and
+    Triton imports)."""
+    return (torch.cuda.is_available() or triton_interpreted()) and triton_module() is not None
 
 
-if HAS_TRITON:
-
-    @triton.jit
-    def _ihc_triton_kernel(
-        x_ptr,
-        y_ptr,
-        w_ptr,
-        N,
-        T,
-        scale,
-        gmax,
-        x0,
-        s0,
-        s1,
-        zmax,
-        kk,
-        gkf,
-        gks,
-        dep,
-        dkf,
-        dks,
-        BLOCK: tl.constexpr,
-    ):  # pragma: no cover - compiled
-        pid = tl.program_id(0)
-        rows = pid * BLOCK + tl.arange(0, BLOCK)
-        rmask = rows < N
-        W = tl.load(w_ptr + rows, mask=rmask, other=0.0)
-        for n in range(0, T):
-            v = tl.load(x_ptr + rows * T + n, mask=rmask, other=0.0)
-            z = tl.minimum(x0 - scale * v, zmax)
-            G = gmax / (1.0 + tl.exp(z / s1) * (1.0 + tl.exp(z / s0)))
-            W = W + kk * (-G * (W + dep) - gkf * (W + dkf) - gks * (W + dks))
-            tl.store(y_ptr + rows * T + n, W, mask=rmask)
-        tl.store(w_ptr + rows, W, mask=rmask)
+def __getattr__(name: str) -> bool:
+    if name == "HAS_TRITON":  # whether Triton imports (it is imported at the first ask)
+        return triton_module() is not None
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def ihc_triton(
@@ -558,19 +521,6 @@ def ihc_triton(
     """Triton version of :func:`ihc` (same I/O; tensors stay on their device)."""
     if not triton_available():
         raise RuntimeError("Triton kernels need triton and a CUDA device (or TRITON_INTERPRET=1)")
-    lead = tuple(x.shape[:-1])
-    T = x.shape[-1]
-    xf = x.reshape(-1, T).contiguous()
-    N = xf.shape[0]
-    y = torch.empty_like(xf)
-    w = state.expand(*lead).reshape(-1).to(xf.dtype).contiguous().clone()
-    if T > 0 and N > 0:
-        grid = (triton.cdiv(N, block),)
-        p = consts
-        _ihc_triton_kernel[grid](
-            xf, y, w, N, T,
-            p["scale"], p["gmax"], p["x0"], p["s0"], p["s1"], p["zmax"],
-            p["k"], p["gkf"], p["gks"], p["dep"], p["dkf"], p["dks"],
-            block,
-        )  # fmt: skip
-    return y.reshape(*lead, T), w.reshape(*lead)
+    from .triton_stagewise import ihc_paulick
+
+    return ihc_paulick(x, consts, state, block)

@@ -1,0 +1,85 @@
+"""Triton kernels (CUDA) of two stage-wise no-grad paths, one program per block of rows,
+sequential in time; ``TRITON_INTERPRET=1`` runs them on CPU tensors (tests).
+
+* :func:`ihc_paulick` - the Paulick et al. (2024) inner-hair-cell membrane recursion of
+  :func:`lhotse_amt.kernels.paulick.ihc` (entry point
+  :func:`lhotse_amt.kernels.paulick.ihc_triton`);
+* :func:`agc` - the attack/release AGC of the loudness models, one row per program
+  (entry point :func:`lhotse_amt.kernels.agc.agc_triton`).
+
+This module imports Triton; the entry points import it at their first call, so a process
+that runs only CPU kernels never pays for importing Triton.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["agc", "ihc_paulick"]
+
+
+@triton.jit
+def _ihc_kernel(
+    x_ptr, y_ptr, w_ptr, N, T,
+    scale, gmax, x0, s0, s1, zmax, kk, gkf, gks, dep, dkf, dks,
+    BLOCK: tl.constexpr,
+):  # fmt: skip  # pragma: no cover - compiled
+    pid = tl.program_id(0)
+    rows = pid * BLOCK + tl.arange(0, BLOCK)
+    rmask = rows < N
+    W = tl.load(w_ptr + rows, mask=rmask, other=0.0)
+    for n in range(0, T):
+        v = tl.load(x_ptr + rows * T + n, mask=rmask, other=0.0)
+        z = tl.minimum(x0 - scale * v, zmax)
+        G = gmax / (1.0 + tl.exp(z / s1) * (1.0 + tl.exp(z / s0)))
+        W = W + kk * (-G * (W + dep) - gkf * (W + dkf) - gks * (W + dks))
+        tl.store(y_ptr + rows * T + n, W, mask=rmask)
+    tl.store(w_ptr + rows, W, mask=rmask)
+
+
+def ihc_paulick(
+    x: torch.Tensor, consts: dict[str, float], state: torch.Tensor, block: int = 64
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """IHC of ``x (..., T)`` from ``state (...)``: ``(y (..., T), new state)``; ``consts``
+    from :func:`lhotse_amt.functional.ihc_paulick.ihc_step_constants`."""
+    lead = tuple(x.shape[:-1])
+    T = x.shape[-1]
+    xf = x.reshape(-1, T).contiguous()
+    N = xf.shape[0]
+    y = torch.empty_like(xf)
+    w = state.expand(*lead).reshape(-1).to(xf.dtype).contiguous().clone()
+    if T > 0 and N > 0:
+        grid = (triton.cdiv(N, block),)
+        p = consts
+        _ihc_kernel[grid](
+            xf, y, w, N, T,
+            p["scale"], p["gmax"], p["x0"], p["s0"], p["s1"], p["zmax"],
+            p["k"], p["gkf"], p["gks"], p["dep"], p["dkf"], p["dks"],
+            block,
+        )  # fmt: skip
+    return y.reshape(*lead, T), w.reshape(*lead)
+
+
+@triton.jit
+def _agc_kernel(x_ptr, y_ptr, n_t, attack, release):  # pragma: no cover - compiled
+    r = tl.program_id(0)
+    base = r.to(tl.int64) * n_t
+    s = tl.load(x_ptr + base) * 0.0
+    for t in range(n_t):
+        v = tl.load(x_ptr + base + t)
+        a = tl.where(v > s, attack, release)
+        s = s + a * (v - s)
+        tl.store(y_ptr + base + t, s)
+
+
+def agc(x: torch.Tensor, attack: float, release: float) -> torch.Tensor:
+    """AGC of each row of ``x (N, T)`` (a new tensor, no gradient)."""
+    if x.dim() != 2:
+        raise ValueError(f"expected (N, T), got {tuple(x.shape)}")
+    xc = x.detach().contiguous()
+    y = torch.empty_like(xc)
+    if xc.numel() > 0:
+        _agc_kernel[(xc.shape[0],)](xc, y, xc.shape[1], float(attack), float(release))
+    return y
