@@ -29,14 +29,34 @@ def knee_amplitude(knee_db: float = 30.0, dboffset: float = 100.0) -> float:
 
 
 def broken_stick_compression(
-    x: Tensor, knee_db: float = 30.0, exponent: float | Tensor = 0.3, dboffset: float = 100.0
+    x: Tensor,
+    knee_db: float = 30.0,
+    exponent: float | Tensor = 0.3,
+    dboffset: float = 100.0,
+    *,
+    backend: str = "auto",
 ) -> Tensor:
     """Broken-stick compression of ``x (...)`` (shape kept): linear below the knee,
     ``sign(x) K (|x|/K)^n`` above it. ``exponent`` may be a (learnable) tensor
-    broadcasting with ``x``."""
+    broadcasting with ``x``.
+
+    ``backend="auto"`` runs a scalar exponent (a number, or a one-element tensor of
+    ``x``'s dtype) as the operator ``lhotse_amt::broken_stick`` (one compiled pass forward
+    and one backward, :mod:`lhotse_amt.ops.compression`); ``"reference"`` (and other
+    exponents) the plain-torch expression below, which defines the semantics."""
     check_signal(x, min_samples=0, min_dim=0, max_dim=None, allow_empty=True, name="x")
     _check_exponent(exponent)
+    if backend not in ("auto", "reference"):
+        raise ValueError(f"backend must be 'auto' or 'reference', got {backend!r}")
     K = knee_amplitude(knee_db, dboffset)
+    scalar = not isinstance(exponent, Tensor) or (
+        exponent.numel() == 1 and exponent.dtype == x.dtype and exponent.dim() <= x.dim()
+    )
+    if backend == "auto" and scalar and x.numel() > 0:
+        from .. import ops
+
+        n = exponent if isinstance(exponent, Tensor) else x.new_tensor(float(exponent))
+        return ops.broken_stick(x, n, K)
     ax = x.abs()
     # clamp keeps the unused branch finite (and its gradient zero) below the knee
     comp = torch.sign(x) * K * (ax.clamp(min=K) / K) ** exponent

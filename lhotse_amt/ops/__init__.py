@@ -15,6 +15,7 @@ import math
 import torch
 from torch import Tensor
 
+from .compression import broken_stick
 from .envelope import rms_envelope
 from .fir import strided_fir
 from .ihc_paulick import ihc_paulick_recursion
@@ -29,6 +30,7 @@ __all__ = [
     "agc",
     "rms_envelope",
     "strided_fir",
+    "broken_stick",
     "row_map",
 ]
 

@@ -1,0 +1,127 @@
+"""The broken-stick compression operator ``lhotse_amt::broken_stick`` (King et al. 2019):
+values and gradients (input and exponent) against the plain-torch reference's autograd,
+registration (``torch.library.opcheck``), float64 ``gradcheck``, the plain-torch functions
+of other devices against the CPU kernels, argument checks, the dispatch of the functional
+and King2019's model gradients against the reference chain."""
+
+import pytest
+import torch
+
+import lhotse_amt
+from lhotse_amt import ops
+from lhotse_amt.functional.compression import broken_stick_compression, knee_amplitude
+from lhotse_amt.ops.compression import _backward_torch, _forward_torch, broken_stick_op
+
+D = torch.float64
+K = knee_amplitude(30.0, 100.0)
+
+
+def _signal(shape, seed, dtype=D):
+    g = torch.Generator().manual_seed(seed)
+    # amplitudes on both sides of the knee, both signs, and exact zeros
+    x = torch.randn(shape, generator=g, dtype=D) * torch.logspace(-5, -1, shape[-1], dtype=D)
+    x[..., ::97] = 0.0
+    return x.to(dtype)
+
+
+def _grads(fn, x, n, g):
+    x = x.clone().requires_grad_(True)
+    n = n.clone().requires_grad_(True)
+    y = fn(x, n)
+    return (y, *torch.autograd.grad(y, (x, n), g))
+
+
+@pytest.mark.parametrize("dtype", [D, torch.float32])
+def test_values_and_gradients_equal_reference_autograd(dtype):
+    x = _signal((3, 2, 5000), 0, dtype)
+    n = torch.tensor(0.3, dtype=dtype)
+    g = _signal((3, 2, 5000), 1, dtype) * 1e3
+    got = _grads(lambda v, e: broken_stick_compression(v, 30.0, e, 100.0), x, n, g)
+    ref = _grads(
+        lambda v, e: broken_stick_compression(v, 30.0, e, 100.0, backend="reference"), x, n, g
+    )
+    tol = 1e-13 if dtype == D else 2e-6
+    for a, b in zip(got, ref, strict=True):
+        a, b = a.detach(), b.detach()
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert float((a - b).abs().max()) <= tol * float(b.abs().max())
+    # below the knee the signal passes unchanged, with unit gradient
+    lin = x.abs() <= K
+    assert torch.equal(got[0][lin], x[lin]) and torch.equal(got[1][lin], g[lin])
+
+
+def test_opcheck():
+    x = _signal((2, 300), 2)
+    n = torch.tensor(0.3, dtype=D)
+    torch.library.opcheck(broken_stick_op, (x.requires_grad_(True), n.requires_grad_(True), K))
+
+
+def test_gradcheck_float64():
+    g = torch.Generator().manual_seed(3)
+    # below the knee and well above it (no sample within the finite-difference step of the
+    # knee), both signs
+    mag = torch.where(torch.rand(2, 150, generator=g) < 0.3, 0.5 * K, 50 * K)
+    sign = torch.where(torch.rand(2, 150, generator=g) < 0.5, -1.0, 1.0)
+    x = (sign * mag * torch.rand(2, 150, generator=g, dtype=D).add(0.5)).requires_grad_(True)
+    n = torch.tensor(0.4, dtype=D, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda v, e: ops.broken_stick(v, e, K), (x, n))
+
+
+@pytest.mark.parametrize("dtype", [D, torch.float32])
+def test_plain_torch_functions_of_other_devices_equal_the_cpu_kernels(dtype):
+    x = _signal((4, 800), 4, dtype)
+    n = torch.tensor(0.3, dtype=dtype)
+    g = _signal((4, 800), 5, dtype)
+    y = broken_stick_op(x, n, K)
+    gx, gn = torch.ops.lhotse_amt.broken_stick_backward(g, x, n, K)
+    yt = _forward_torch(x, n, K)
+    gxt, gnt = _backward_torch(g, x, n, K)
+    tol = 1e-13 if dtype == D else 2e-6
+    for a, b in ((y, yt), (gx, gxt), (gn, gnt)):
+        assert a.dtype == b.dtype
+        assert float((a - b).abs().max()) <= tol * float(b.abs().max())
+
+
+def test_argument_errors():
+    x = _signal((2, 100), 6)
+    with pytest.raises(ValueError, match="one element"):
+        ops.broken_stick(x, torch.tensor([0.3, 0.4], dtype=D), K)
+    with pytest.raises(ValueError, match="positive amplitude"):
+        ops.broken_stick(x, torch.tensor(0.3, dtype=D), 0.0)
+    with pytest.raises(ValueError, match="backend"):
+        broken_stick_compression(x, backend="numba")
+
+
+def test_functional_dispatches_scalar_exponents_to_the_operator(monkeypatch):
+    calls = []
+
+    def spy(x, exponent, knee):
+        calls.append(exponent.shape)
+        return x
+
+    monkeypatch.setattr(ops, "broken_stick", spy)
+    x = _signal((2, 100), 7)
+    broken_stick_compression(x, exponent=0.3)
+    broken_stick_compression(x, exponent=torch.tensor([0.3], dtype=D))
+    assert len(calls) == 2
+    # a per-channel exponent and the reference backend run the plain-torch expression
+    broken_stick_compression(x, exponent=torch.tensor([[0.3], [0.4]], dtype=D))
+    broken_stick_compression(x, exponent=0.3, backend="reference")
+    assert len(calls) == 2
+
+
+def test_king2019_gradients_equal_reference_chain(monkeypatch):
+    torch.manual_seed(0)
+    model = lhotse_amt.King2019(fs=16000, dtype=D, flow=500.0, fhigh=2000.0, learnable=True)
+    x = (0.05 * torch.randn(1, 1200, dtype=D)).requires_grad_(True)
+    params = list(model.parameters())
+    grads = torch.autograd.grad(model(x).square().mean(), [x, *params])
+
+    def reference(v, exponent, knee):
+        q = v.abs() / knee
+        return torch.where(q > 1, torch.sign(v) * knee * q.clamp(min=1) ** exponent, v)
+
+    monkeypatch.setattr(ops, "broken_stick", reference)
+    ref = torch.autograd.grad(model(x).square().mean(), [x, *params])
+    for g, r in zip(grads, ref, strict=True):
+        assert float((g - r).abs().max()) <= 1e-10 * float(r.abs().max()) + 1e-300
