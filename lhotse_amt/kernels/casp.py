@@ -423,14 +423,16 @@ def pooled_start(
     ``ends`` as int64; then either the result of the register kernel module ``register``
     (its ``supported``/``pooled``; float32 models, and a stream stays with the kernel
     that started it, whose state layout differs) or, for the channel-vectorised kernel,
-    a copy of ``state`` (``None``: ``plan.initial_state``)."""
-    _threads()
+    a copy of ``state`` (``None``: ``plan.initial_state``) with the kernel threads set
+    (the register kernels launch on :mod:`lhotse_amt.kernels.jobs` threads and leave
+    numba's threading layer unstarted)."""
     xn = np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float64)
     ends_a = np.asarray(ends, np.int64)
     simd = modbank_simd.ENABLED if state is None else "front" in state
     if simd and register.supported(plan):
         sums, new = register.pooled(plan, xn, state, hop, ends_a, square)
         return xn, ends_a, (torch.from_numpy(sums), new), None
+    _threads()
     B = xn.shape[0]
     st = plan.initial_state(B) if state is None else {k: v.copy() for k, v in state.items()}
     return xn, ends_a, None, st
@@ -481,7 +483,6 @@ def casp_samples(plan: CASPPooledPlan, x: torch.Tensor, out: torch.Tensor) -> No
     ``R = sum(plan.n_bands)`` rows; the modulation output of
     :meth:`lhotse_amt.models.Osses2021.forward` without another sample-rate array (items
     in parallel over the kernel threads, see :func:`lhotse_amt.kernels.cpu._threads`)."""
-    _threads()
     B, T = x.shape
     R = int(plan.n_bands.sum())
     if out.shape != (B, R, T) or not out.is_contiguous():
@@ -491,6 +492,7 @@ def casp_samples(plan: CASPPooledPlan, x: torch.Tensor, out: torch.Tensor) -> No
     if modbank_simd.ENABLED and casp_simd.supported(p):
         casp_simd.samples(p, xn, out.numpy())
         return
+    _threads()
     st = plan.initial_state(B)
     _casp_batch(
         xn, np.full(B, T, np.int64), 0, False, p.precise,

@@ -200,7 +200,6 @@ def frontend(
         adaptation output ``(B, C, T)`` (or the decimated ``(B, C, M)``) in ``x``'s dtype,
         the three new states and the new decimator state (``None`` without decimation).
     """
-    _threads()
     g, lin_sos, nl1_sos, nl2_sos, a, b, c = drnl_coefs
     lead, xn, args, zs = _drnl_args(x, g, lin_sos, nl1_sos, nl2_sos, a, b, drnl_state)
     N, T = xn.shape
@@ -247,7 +246,9 @@ def frontend(
         # channels' states in registers (same recursion; measured ~1.3-1.6x faster)
         kernel = _frontend_kernel
         if _SIMD and paulick_simd.supported(c, R):
-            kernel = paulick_simd.frontend_kernel
+            kernel = paulick_simd.frontend_kernel  # (on the jobs threads)
+        else:
+            _threads()
         kernel(
             xn,
             *kargs,
