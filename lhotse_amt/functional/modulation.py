@@ -30,6 +30,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,7 +46,6 @@ __all__ = [
     "ModulationBankDesign",
     "design_modulation_bank",
     "modulation_filterbank",
-    "modulation_filterbank_channels",
 ]
 
 _DAU = dict(Q=2.0, max_mfc=150.0, lp_cutoff=2.5, att_factor=1.0, use_upper_limit=False, lp150=False)
@@ -320,47 +320,6 @@ def _packed_bands(
     return lp * scale[:, 0, None], bands
 
 
-def modulation_filterbank_channels(
-    x: Tensor,
-    lp_sos: Tensor,
-    poles: Tensor,
-    gains: Tensor,
-    direct: Tensor,
-    use_abs: Tensor,
-    scale: Tensor,
-    counts: Sequence[int],
-    prefilter_sos: Tensor | None = None,
-    *,
-    backend: str = "auto",
-) -> list[Tensor]:
-    """:func:`modulation_filterbank` of ``x (..., C, T)`` as one tensor per channel,
-    ``(..., counts[c], T)``, without the padded bands (``counts``: the design's
-    ``n_bands`` as ints).
-
-    Where the resonators run as the registered operator (under autograd, on CUDA, while
-    traced) only the bands the channels have are computed and differentiated, and each
-    channel's tensor is assembled in one copy (no padded tensor); elsewhere these are
-    views of the padded output.
-    """
-    check_signal(x, min_samples=0, min_dim=2, max_dim=None, allow_empty=True, name="x (..., C, T)")
-    if poles.dim() != 3 or poles.shape[0] != x.shape[-2]:
-        raise ValueError(
-            f"poles must have shape (C, M, P) with C = {x.shape[-2]} channels of x, got "
-            f"{tuple(poles.shape)}"
-        )
-    M, P = poles.shape[1], poles.shape[2]
-    counts = _check_counts(counts, poles.shape[0], M)
-    packed = P == 1 and M > 1 and backend not in ("torch", "reference")
-    if not packed or resolve_backend(backend, x, poles, gains) == "numba":
-        y = modulation_filterbank(
-            x, lp_sos, poles, gains, direct, use_abs, scale, prefilter_sos, backend=backend
-        )
-        return unpad_bands(y, counts)
-    u, lp, _ = _lowpass(x, lp_sos, prefilter_sos, {}, backend)
-    lp, bands = _packed_bands(u, lp, poles, gains, use_abs, scale, counts, {}, None)
-    return [torch.cat(part, dim=-2) for part in _channel_parts(lp, bands, counts)]
-
-
 def modulation_filterbank(
     x: Tensor,
     lp_sos: Tensor,
@@ -375,7 +334,8 @@ def modulation_filterbank(
     return_state: bool = False,
     backend: str = "auto",
     counts: Sequence[int] | None = None,
-) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
+    channels: bool = False,
+) -> Tensor | list[Tensor] | tuple[Tensor | list[Tensor], dict[str, Tensor]]:
     """Apply the modulation filterbank to ``x (..., C, T)``.
 
     Args:
@@ -388,9 +348,13 @@ def modulation_filterbank(
             path then runs only these bands' resonators: the padded bands are not
             computed nor differentiated (their output is zero either way, their
             coefficients get zero gradients). ``None``: every band is computed.
+        channels: return one tensor per channel, ``(..., counts[c], T)``, instead of the
+            padded tensor (needs ``counts``): on the operator path each is assembled in
+            one copy (no padded tensor), elsewhere they are views of the padded output.
 
     Returns:
-        ``(..., C, M, T)`` with zeros in padded bands (and the new state).
+        ``(..., C, M, T)`` with zeros in padded bands, or with ``channels`` the list of
+        ``C`` channels (and the new state).
     """
     check_signal(x, min_samples=0, min_dim=2, max_dim=None, allow_empty=True, name="x (..., C, T)")
     if poles.dim() != 3 or poles.shape[0] != x.shape[-2]:
@@ -400,6 +364,13 @@ def modulation_filterbank(
         )
     if counts is not None:
         counts = _check_counts(counts, poles.shape[0], poles.shape[1])
+    elif channels:
+        raise ValueError("channels=True needs the band counts (counts=)")
+
+    def done(out: Tensor, new: dict[str, Tensor]) -> Any:
+        out = unpad_bands(out, counts) if channels else out
+        return (out, new) if return_state else out
+
     state = state or {}
     P = poles.shape[-1]
     if resolve_backend(backend, x, poles, gains) == "numba" and P == 1 and poles.shape[-2] > 1:
@@ -410,7 +381,7 @@ def modulation_filterbank(
         kernel = modbank_simd if modbank_simd.ENABLED else modbank
         filters = (lp_sos, prefilter_sos, poles[:, 1:, 0], gains[:, 1:, 0], use_abs[:, 1:], scale)
         out, st = kernel.modulation_bank(x, filters, state)
-        return (out, st) if return_state else out
+        return done(out, st)
     u, lp, new_state = _lowpass(x, lp_sos, prefilter_sos, state, backend)
     be = resolve_backend(backend, u, poles, gains)
     M, P = poles.shape[-2], poles.shape[-1]
@@ -426,8 +397,10 @@ def modulation_filterbank(
         elif P == 1 and backend not in ("torch", "reference") and counts is not None:
             st = new_state if return_state else None
             lp, bands = _packed_bands(u, lp, poles, gains, use_abs, scale, counts, state, st)
-            out = _assemble_padded(lp, bands, counts, M)
-            return (out, new_state) if return_state else out
+            if channels:
+                parts = [torch.cat(part, dim=-2) for part in _channel_parts(lp, bands, counts)]
+                return (parts, new_state) if return_state else parts
+            return done(_assemble_padded(lp, bands, counts, M), new_state)
         elif P == 1 and backend not in ("torch", "reference"):
             from .. import ops
 
@@ -471,4 +444,4 @@ def modulation_filterbank(
         out = torch.cat([lp.unsqueeze(-2) * scale[:, :1, None], bands], dim=-2)
     else:
         out = lp.unsqueeze(-2) * scale[:, :1, None]
-    return (out, new_state) if return_state else out
+    return done(out, new_state)

@@ -148,6 +148,39 @@ def _res_fwd(x, xrow, pole, gain, mode, crow, zi, y, zf, ck):  # pragma: no cove
         restore_fp_mode(fp)
 
 
+@njit(inline="always", **_OPTS)
+def _output_factor(vr, vi, gr, gi, ab):  # pragma: no cover - compiled
+    # d output / d w as a complex factor for w = g u_K: w / |w| for |.| lanes (0 at w = 0),
+    # 1 for Re lanes
+    wr = gr * vr - gi * vi
+    wi = gr * vi + gi * vr
+    mag = math.sqrt(wr * wr + wi * wi)
+    inv = 1.0 / mag if mag > 0.0 else 0.0
+    return (wr * inv, wi * inv) if ab != 0.0 else (1.0, 0.0)
+
+
+@njit(inline="always", **_OPTS)
+def _output_adjoint(g, fr, fi, kr, ki, gr, gi, acc, k):  # pragma: no cover - compiled
+    # output gradient g of lane k: G_w = g f; G_g += conj(u_K) G_w into acc[2:4, k];
+    # returns G_{u_K} = conj(g) G_w
+    Gwr = g * fr
+    Gwi = g * fi
+    acc[2, k] += kr * Gwr + ki * Gwi
+    acc[3, k] += kr * Gwi - ki * Gwr
+    return gr * Gwr + gi * Gwi, gr * Gwi - gi * Gwr
+
+
+@njit(inline="always", **_OPTS)
+def _section_adjoint(lr, li, Gr, Gi, ur, ui, pr, pi, acc, k):  # pragma: no cover - compiled
+    # one section of lane k at one sample: lambda = carried + G_{u_q}; G_p += conj(u_q[n-1])
+    # lambda into acc[0:2, k]; returns lambda and the carried conj(p) lambda
+    lkr = lr + Gr
+    lki = li + Gi
+    acc[0, k] += ur * lkr + ui * lki
+    acc[1, k] += ur * lki - ui * lkr
+    return lkr, lki, pr * lkr + pi * lki, pr * lki - pi * lkr
+
+
 @njit(**_OPTS)
 def _res_record(K, n, xb, pr, pi, gr, gi, ab, sr, si, ur, ui, kr, ki, fr, fi):  # pragma: no cover
     # n samples of the lanes' input xb (n, W): section states before each sample (ur, ui:
@@ -171,14 +204,7 @@ def _res_record(K, n, xb, pr, pi, gr, gi, ab, sr, si, ur, ui, kr, ki, fr, fi):  
                 kr[i, k] = nre
                 ki[i, k] = nim
         for k in range(W):
-            vr = kr[i, k]
-            vi = ki[i, k]
-            wr = gr[k] * vr - gi[k] * vi
-            wi = gr[k] * vi + gi[k] * vr
-            mag = math.sqrt(wr * wr + wi * wi)
-            inv = 1.0 / mag if mag > 0.0 else 0.0
-            fr[i, k] = wr * inv if ab[k] != 0.0 else 1.0
-            fi[i, k] = wi * inv if ab[k] != 0.0 else 0.0
+            fr[i, k], fi[i, k] = _output_factor(kr[i, k], ki[i, k], gr[k], gi[k], ab[k])
 
 
 @njit(**_OPTS)
@@ -192,25 +218,15 @@ def _res_adjoint(
     W = _WR
     for i in range(n - 1, -1, -1):
         for k in range(W):
-            g = gb[i, k]
-            Gwr = g * fr[i, k]
-            Gwi = g * fi[i, k]
-            # G_g += conj(u_K) G_w ; G_{u_K} = conj(g) G_w
-            acc[2, k] += kr[i, k] * Gwr + ki[i, k] * Gwi
-            acc[3, k] += kr[i, k] * Gwi - ki[i, k] * Gwr
-            Gr[k] = gr[k] * Gwr + gi[k] * Gwi
-            Gi[k] = gr[k] * Gwi - gi[k] * Gwr
+            Gr[k], Gi[k] = _output_adjoint(
+                gb[i, k], fr[i, k], fi[i, k], kr[i, k], ki[i, k], gr[k], gi[k], acc, k
+            )
         for q in range(K - 1, -1, -1):
             for k in range(W):
-                lkr = lr[q, k] + Gr[k]
-                lki = li[q, k] + Gi[k]
-                # G_p += conj(u_q[n-1]) lambda_q ; carried: conj(p) lambda_q
-                acc[0, k] += ur[q, i, k] * lkr + ui[q, i, k] * lki
-                acc[1, k] += ur[q, i, k] * lki - ui[q, i, k] * lkr
-                lr[q, k] = pr[k] * lkr + pi[k] * lki
-                li[q, k] = pr[k] * lki - pi[k] * lkr
-                Gr[k] = lkr
-                Gi[k] = lki
+                Gr[k], Gi[k], lr[q, k], li[q, k] = _section_adjoint(
+                    lr[q, k], li[q, k], Gr[k], Gi[k], ur[q, i, k], ui[q, i, k], pr[k], pi[k],
+                    acc, k,
+                )  # fmt: skip
         for k in range(W):
             gb[i, k] = Gr[k]
 
@@ -232,12 +248,7 @@ def _res_record1(n, xb, pr, pi, gr, gi, ab, sr, si, ur, ui, fr, fi):  # pragma: 
             nim = pr[k] * b + pi[k] * a
             ur[i + 1, k] = nre
             ui[i + 1, k] = nim
-            wr = gr[k] * nre - gi[k] * nim
-            wi = gr[k] * nim + gi[k] * nre
-            mag = math.sqrt(wr * wr + wi * wi)
-            inv = 1.0 / mag if mag > 0.0 else 0.0
-            fr[i, k] = wr * inv if ab[k] != 0.0 else 1.0
-            fi[i, k] = wi * inv if ab[k] != 0.0 else 0.0
+            fr[i, k], fi[i, k] = _output_factor(nre, nim, gr[k], gi[k], ab[k])
     for k in range(W):
         sr[0, k] = ur[n, k]
         si[0, k] = ui[n, k]
@@ -250,22 +261,12 @@ def _res_adjoint1(n, gb, pr, pi, gr, gi, ur, ui, fr, fi, lr, li, acc):  # pragma
     W = _WR
     for i in range(n - 1, -1, -1):
         for k in range(W):
-            g = gb[i, k]
-            Gwr = g * fr[i, k]
-            Gwi = g * fi[i, k]
-            kr = ur[i + 1, k]
-            ki = ui[i + 1, k]
-            acc[2, k] += kr * Gwr + ki * Gwi
-            acc[3, k] += kr * Gwi - ki * Gwr
-            lkr = lr[0, k] + (gr[k] * Gwr + gi[k] * Gwi)
-            lki = li[0, k] + (gr[k] * Gwi - gi[k] * Gwr)
-            a = ur[i, k]
-            b = ui[i, k]
-            acc[0, k] += a * lkr + b * lki
-            acc[1, k] += a * lki - b * lkr
-            lr[0, k] = pr[k] * lkr + pi[k] * lki
-            li[0, k] = pr[k] * lki - pi[k] * lkr
-            gb[i, k] = lkr
+            Gr, Gi = _output_adjoint(
+                gb[i, k], fr[i, k], fi[i, k], ur[i + 1, k], ui[i + 1, k], gr[k], gi[k], acc, k
+            )
+            gb[i, k], _, lr[0, k], li[0, k] = _section_adjoint(
+                lr[0, k], li[0, k], Gr, Gi, ur[i, k], ui[i, k], pr[k], pi[k], acc, k
+            )
 
 
 @njit(parallel=True, **_OPTS)

@@ -13,7 +13,6 @@ from ..functional.modulation import (
     MODULATION_PRESETS,
     design_modulation_bank,
     modulation_filterbank,
-    modulation_filterbank_channels,
 )
 from ._common import ChannelBank, extends_parent_signature, register_coefficients
 
@@ -143,7 +142,18 @@ class ModulationFilterbank(ChannelBank):
         self, x: Tensor, state: dict | None = None, return_state: bool = False
     ) -> Tensor | tuple[Tensor, dict]:
         """``(..., C, T)`` -> ``(..., C, M, T)`` (zeros where a channel has no band)."""
-        self._check_channels(x)
+        return self._bank(x, state, return_state, channels=False)
+
+    def forward(self, x: Tensor) -> list[Tensor]:
+        """``(..., C, T)`` -> list of ``C`` tensors ``(..., M_c, T)``; under autograd only
+        the bands each channel has are computed (no padded tensor)."""
+        return self._bank(x, None, False, channels=True)
+
+    def _bank(self, x: Tensor, state: dict | None, return_state: bool, channels: bool) -> Any:
+        if x.shape[-2] != self.num_channels:
+            raise ValueError(
+                f"expected {self.num_channels} auditory channels on dim -2, got {x.shape[-2]}"
+            )
         return modulation_filterbank(
             x,
             self.lp_sos,
@@ -156,29 +166,8 @@ class ModulationFilterbank(ChannelBank):
             state,
             return_state=return_state,
             counts=self.band_counts,
+            channels=channels,
         )
-
-    def forward(self, x: Tensor) -> list[Tensor]:
-        """``(..., C, T)`` -> list of ``C`` tensors ``(..., M_c, T)``; under autograd only
-        the bands each channel has are computed (no padded tensor)."""
-        self._check_channels(x)
-        return modulation_filterbank_channels(
-            x,
-            self.lp_sos,
-            self.poles,
-            self.gains,
-            self.direct,
-            self.use_abs,
-            self.scale,
-            self.band_counts,
-            self.prefilter_sos,
-        )
-
-    def _check_channels(self, x: Tensor) -> None:
-        if x.shape[-2] != self.num_channels:
-            raise ValueError(
-                f"expected {self.num_channels} auditory channels on dim -2, got {x.shape[-2]}"
-            )
 
     def extra_repr(self) -> str:
         return (

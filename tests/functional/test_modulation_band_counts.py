@@ -1,5 +1,5 @@
 """The modulation filterbank with the per-channel band counts of its design: only the bands
-each channel has are computed (``counts=``, :func:`modulation_filterbank_channels`, and
+each channel has are computed (``counts=``, ``channels=True``, and
 ``select=`` of the resonator operator's wrapper). Outputs equal the padded computation
 bit for bit and gradients to float64 rounding (the compiled backward may round a row
 differently in another lane of its vector), the padded coefficients get exactly zero
@@ -11,11 +11,7 @@ import torch
 
 from lhotse_amt import ops
 from lhotse_amt.functional.iir import one_pole_cascade as ref_cascade
-from lhotse_amt.functional.modulation import (
-    modulation_filterbank,
-    modulation_filterbank_channels,
-    unpad_bands,
-)
+from lhotse_amt.functional.modulation import modulation_filterbank, unpad_bands
 from lhotse_amt.modules import ModulationFilterbank
 
 D = torch.float64
@@ -113,8 +109,8 @@ def test_channel_outputs_pass_gradcheck():
     args = _args(bank)
 
     def fn(v, poles, gains):
-        parts = modulation_filterbank_channels(
-            v, args[0], poles, gains, *args[3:], counts, bank.prefilter_sos
+        parts = modulation_filterbank(
+            v, args[0], poles, gains, *args[3:], bank.prefilter_sos, counts=counts, channels=True
         )
         return torch.cat(parts, dim=-2)
 
@@ -135,13 +131,15 @@ def test_streaming_with_counts_equals_one_shot():
     assert s1["bp"].shape == (*x.shape[:-1], bank.max_bands - 1, 1)
 
 
-def test_channel_function_checks_counts():
+def test_counts_are_checked():
     bank = _bank()
     x = _input(bank)
     with pytest.raises(ValueError, match="each of the 3 channels"):
-        modulation_filterbank_channels(x, *_args(bank), (2, 3))
+        modulation_filterbank(x, *_args(bank), counts=(2, 3))
     with pytest.raises(ValueError, match="bands for each"):
-        modulation_filterbank_channels(x, *_args(bank), (0, 3, 3))
+        modulation_filterbank(x, *_args(bank), counts=(0, 3, 3), channels=True)
+    with pytest.raises(ValueError, match="needs the band counts"):
+        modulation_filterbank(x, *_args(bank), channels=True)
 
 
 def test_one_pole_cascade_select_equals_the_selected_filters_of_the_full_bank():

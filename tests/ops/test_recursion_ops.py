@@ -104,33 +104,18 @@ def _op_samples():
     a, m, s0 = _adapt(10.0, 2)
     xa = torch.rand(2, 40, generator=g, dtype=D) * 3
     xa[:, 10:15] = 0.0  # below the minimum level: no input gradient, loops still run
+
+    def resonator(order):
+        zi = 0.1 * torch.randn(4, order, 2, generator=g, dtype=D)
+        mode = torch.tensor([1, 0], dtype=torch.int8)
+        ri = (torch.view_as_real(pole), torch.view_as_real(gain))
+        return resonator_rows, (x, rows, *ri, mode, crow, zi)
+
     return [
         (sosfilt_rows, (x, rows, sos, crow, 0.1 * torch.randn(4, 2, 2, generator=g, dtype=D))),
-        (
-            resonator_rows,
-            (
-                x,
-                rows,
-                torch.view_as_real(pole),
-                torch.view_as_real(gain),
-                torch.tensor([1, 0], dtype=torch.int8),
-                crow,
-                0.1 * torch.randn(4, 4, 2, generator=g, dtype=D),
-            ),
-        ),
+        resonator(4),
         (adaptation_rows, (xa, rows, a, m, crow, 1e-5, True, s0[crow] * 1.2)),
-        (
-            resonator_rows,  # one section (the modulation filterbanks' own kernel loops)
-            (
-                x,
-                rows,
-                torch.view_as_real(pole),
-                torch.view_as_real(gain),
-                torch.tensor([1, 0], dtype=torch.int8),
-                crow,
-                0.1 * torch.randn(4, 1, 2, generator=g, dtype=D),
-            ),
-        ),
+        resonator(1),  # one section (the modulation filterbanks' own kernel loops)
     ]
 
 
