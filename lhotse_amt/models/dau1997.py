@@ -163,14 +163,15 @@ class Dau1997(StreamingModel):
                     xb, lambda v: self._stages(v, None, None)[0]["modulation"]
                 )
             }
+            chans = unpad_bands(out["modulation"], self._band_counts())
         else:
-            out, _ = self._stages(xb, None, None)
-        mod = out["modulation"]
+            # the modulation filterbank channel by channel: only the bands each channel
+            # has are computed and differentiated (no padded tensor)
+            out, _ = self._stages(xb, None, "adaptation")
+            chans = self.modulation(out["adaptation"])
         if squeeze:
-            mod = mod[0]
             out = {k: v[0] for k, v in out.items()}
-        # one split: one backward node for all channels and their padding
-        chans = unpad_bands(mod, self._band_counts())
+            chans = [c[0] for c in chans]
         if self.return_stages:
             return chans, {k: out[k] for k in ("filterbank", "ihc", "adaptation")}
         return chans
