@@ -35,21 +35,96 @@ __all__ = [
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"contract"})
 #: samples per block of the transposing copy (a block of both layouts stays in cache)
 _TB = 64
+#: partial sums of the row reductions (the loops vectorise)
+_LN = 16
+
+
+@njit(**_OPTS)
+def _transpose_block(src, dst, n0, n1):  # pragma: no cover - compiled
+    # samples n0 .. n1 of dst (N, T) from src (T, N) (its own function: the loops
+    # compile as simple strided copies)
+    for r in range(dst.shape[0]):
+        for n in range(n0, n1):
+            dst[r, n] = src[n, r]
 
 
 @njit(parallel=True, **_OPTS)
 def _rows_from_columns(src, dst):  # pragma: no cover - compiled
     # dst (B, N, T) = src (B, T, N) transposed, block by block of _TB samples: each block
     # reads _TB consecutive rows of src and writes _TB samples of every row of dst
-    B, T, N = src.shape
+    B, T, _ = src.shape
     nb = (T + _TB - 1) // _TB
     for j in prange(B * nb):
         b = j // nb
         n0 = (j % nb) * _TB
-        n1 = min(n0 + _TB, T)
-        for r in range(N):
-            for n in range(n0, n1):
-                dst[b, r, n] = src[b, n, r]
+        _transpose_block(src[b], dst[b], n0, min(n0 + _TB, T))
+
+
+@njit(inline="always", **_OPTS)
+def _sq(x, h, n):  # pragma: no cover - compiled
+    a = np.float64(x[n])
+    b = np.float64(h[n])
+    return a * a, b * b
+
+
+@njit(**_OPTS)
+def _row_power(x, h):  # pragma: no cover - compiled
+    # sum(x^2) and sum(h^2) over rows (T,), in _LN partial sums (sample n into sum n % _LN:
+    # the loop over the partial sums vectorises)
+    T = x.shape[0]
+    px = np.zeros(_LN)
+    ph = np.zeros(_LN)
+    full = T - T % _LN
+    for n0 in range(0, full, _LN):
+        for k in range(_LN):
+            a2, b2 = _sq(x, h, n0 + k)
+            px[k] += a2
+            ph[k] += b2
+    for n in range(full, T):
+        a2, b2 = _sq(x, h, n)
+        px[n - full] += a2
+        ph[n - full] += b2
+    return px.sum(), ph.sum()
+
+
+@njit(inline="always", **_OPTS)
+def _ge(g, x, h, n):  # pragma: no cover - compiled
+    a2, b2 = _sq(x, h, n)
+    return np.float64(g[n]) * math.sqrt(a2 + b2)
+
+
+@njit(**_OPTS)
+def _row_dot(g, x, h):  # pragma: no cover - compiled
+    # sum(g e), e = sqrt(x^2 + h^2), over rows (T,), in _LN partial sums (as _row_power)
+    T = x.shape[0]
+    p = np.zeros(_LN)
+    full = T - T % _LN
+    for n0 in range(0, full, _LN):
+        for k in range(_LN):
+            p[k] += _ge(g, x, h, n0 + k)
+    for n in range(full, T):
+        p[n - full] += _ge(g, x, h, n)
+    return p.sum()
+
+
+@njit(**_OPTS)
+def _row_out(x, h, k, out):  # pragma: no cover - compiled
+    for n in range(x.shape[0]):
+        a = np.float64(x[n])
+        b = np.float64(h[n])
+        out[n] = k * math.sqrt(a * a + b * b)
+
+
+@njit(**_OPTS)
+def _row_bwd(g, x, h, k, c1, c2, gx, gh):  # pragma: no cover - compiled
+    for n in range(x.shape[0]):
+        a = np.float64(x[n])
+        b = np.float64(h[n])
+        e = math.sqrt(a * a + b * b)
+        ge = k * np.float64(g[n]) - c1 * e
+        inv = 1.0 / e if e > 0.0 else 0.0
+        gx[n] = c2 * a + ge * a * inv
+        gh[n] = ge * b * inv
 
 
 @njit(parallel=True, **_OPTS)
@@ -60,24 +135,14 @@ def _fwd(x, h, slot, out, stats):  # pragma: no cover - compiled
         for m in range(M):
             s = slot[m]
             if s < 0:
-                for n in range(T):
-                    out[r, m, n] = x[r, m, n]
+                out[r, m, :] = x[r, m, :]
                 continue
-            sx = 0.0
-            sh = 0.0
-            for n in range(T):
-                a = np.float64(x[r, m, n])
-                b = np.float64(h[r, s, n])
-                sx += a * a
-                sh += b * b
+            sx, sh = _row_power(x[r, m], h[r, s])
             se = sx + sh
             k = math.sqrt(sx / se) if se > 0.0 else 0.0
             stats[r, s, 0] = sx / T
             stats[r, s, 1] = se / T
-            for n in range(T):
-                a = np.float64(x[r, m, n])
-                b = np.float64(h[r, s, n])
-                out[r, m, n] = k * math.sqrt(a * a + b * b)
+            _row_out(x[r, m], h[r, s], k, out[r, m])
         restore_fp_mode(fp)
 
 
@@ -90,32 +155,19 @@ def _bwd_direct(g, x, h, slot, stats, gx, gh):  # pragma: no cover - compiled
         for m in range(M):
             s = slot[m]
             if s < 0:
-                for n in range(T):
-                    gx[r, m, n] = g[r, m, n]
+                gx[r, m, :] = g[r, m, :]
                 continue
             mx = stats[r, s, 0]
             me = stats[r, s, 1]
             if not me > 0.0:
-                for n in range(T):
-                    gx[r, m, n] = 0.0
-                    gh[r, s, n] = 0.0
+                gx[r, m, :] = 0.0
+                gh[r, s, :] = 0.0
                 continue
             k = math.sqrt(mx / me)
-            acc = 0.0
-            for n in range(T):
-                a = np.float64(x[r, m, n])
-                b = np.float64(h[r, s, n])
-                acc += np.float64(g[r, m, n]) * math.sqrt(a * a + b * b)
+            acc = _row_dot(g[r, m], x[r, m], h[r, s])
             c1 = acc * k / (T * me)
             c2 = acc * k / (T * mx) if mx > 0.0 else 0.0
-            for n in range(T):
-                a = np.float64(x[r, m, n])
-                b = np.float64(h[r, s, n])
-                e = math.sqrt(a * a + b * b)
-                ge = k * np.float64(g[r, m, n]) - c1 * e
-                inv = 1.0 / e if e > 0.0 else 0.0
-                gx[r, m, n] = c2 * a + ge * a * inv
-                gh[r, s, n] = ge * b * inv
+            _row_bwd(g[r, m], x[r, m], h[r, s], k, c1, c2, gx[r, m], gh[r, s])
         restore_fp_mode(fp)
 
 
