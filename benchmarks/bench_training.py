@@ -162,14 +162,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def _run(job: str, cfg: dict, pythonpath: str | None = None) -> dict | str:
     """Run one job in a fresh process: its JSON result, or the last error line."""
     env = dict(os.environ)
-    if pythonpath is not None:
-        env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
+    # the package of this script's tree unless another is named (first on the path: the
+    # child runs in the benchmarks folder, so the working directory adds no package)
+    tree = pythonpath if pythonpath is not None else os.path.dirname(HERE)
+    env["PYTHONPATH"] = tree + os.pathsep + env.get("PYTHONPATH", "")
     cfg = dict(cfg, here=HERE)
     res = subprocess.run(
         [sys.executable, "-c", SETUP + job, json.dumps(cfg)],
         capture_output=True,
         text=True,
         env=env,
+        cwd=HERE,
     )
     if res.returncode != 0:
         lines = res.stderr.strip().splitlines() or [f"exit code {res.returncode}"]
