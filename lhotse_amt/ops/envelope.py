@@ -38,14 +38,18 @@ __all__ = ["rms_envelope_rows", "rms_envelope"]
 _LIB = "lhotse_amt"
 
 
-def _hilbert(v: Tensor) -> Tensor:
+def _hilbert(v: Tensor, overwrite: bool = False) -> Tensor:
     """Hilbert transform along the last axis (DC and, for even lengths, Nyquist zero), as
-    :func:`lhotse_amt.functional.king2019_modulation.hilbert_transform` (no checks)."""
+    :func:`lhotse_amt.functional.king2019_modulation.hilbert_transform` (no checks);
+    ``overwrite``: written into ``v`` (a contiguous buffer of the caller's, no longer
+    needed) instead of a new tensor."""
     T = v.shape[-1]
     X = torch.fft.rfft(v, dim=-1)
     X[..., 0] = 0
     if T % 2 == 0:
         X[..., -1] = 0
+    if overwrite:
+        return torch.fft.irfft(X.mul_(-1j), n=T, dim=-1, out=v)
     return torch.fft.irfft(X.mul_(-1j), n=T, dim=-1)
 
 
@@ -106,7 +110,7 @@ def _rows(x: Tensor) -> Tensor:
 def _forward(k: Any, x: Tensor, sel: list[int]) -> tuple[Tensor, Tensor, Tensor]:
     """The operator's forward with the kernel functions ``k``."""
     x3 = _rows(x)
-    h = _hilbert(x3[:, sel])
+    h = _hilbert(x3[:, sel], overwrite=True)  # the selected bands' copy becomes h
     out, stats = k.envelope_forward(x3, h, sel)
     return out.view(x.shape), h, stats
 
@@ -117,7 +121,7 @@ def _backward_rows(
     """The backward operator with the kernel functions ``k``: all of the chain rule but
     one Hilbert transform in the kernels, that transform between them."""
     gx, gh = k.envelope_backward_direct(g, _rows(x), h, stats, sel)
-    k.envelope_backward_finish(gx, _hilbert(gh), sel)
+    k.envelope_backward_finish(gx, _hilbert(gh, overwrite=True), sel)
     return gx.view(x.shape)
 
 
