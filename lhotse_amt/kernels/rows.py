@@ -45,7 +45,9 @@ Launch = Callable[..., None]
 def signal_buffer(shape: tuple[int, int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """An uninitialised signal-sized output ``(R, T)``: on the CPU from the host cache
     (:mod:`lhotse_amt._alloc`; where it is on, a training step reuses the previous step's
-    pages instead of faulting in fresh ones), elsewhere from PyTorch's allocator."""
+    pages instead of faulting in fresh ones), elsewhere from PyTorch's allocator. Taken
+    for the backward's input gradient only: a cached forward output would stay resident
+    from the forward into the backward and raise a step's peak memory."""
     if device.type == "cpu":
         return _alloc.empty_tensor(shape, dtype)
     return torch.empty(shape, dtype=dtype, device=device)
@@ -127,7 +129,7 @@ class RowKernels(KernelPair):
         *coefs, zi = args
         R, T = xrow.shape[0], x.shape[1]
         dev = x.device
-        y = signal_buffer((R, T), x.dtype, dev)
+        y = torch.empty((R, T), dtype=x.dtype, device=dev)
         zf = f64(zi).clone()
         nb = checkpoint_blocks(T) if keep else 0
         ck = torch.empty((R, nb, *zi.shape[1:]), dtype=torch.float64, device=dev)
