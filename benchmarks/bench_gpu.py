@@ -1,0 +1,182 @@
+"""Throughput on a CUDA device: features (``extract_batch``) and forward + backward.
+
+Two tables, each at batch 1, 8 and 64 (``--batches``):
+
+* **features**: every registered extractor with ``device="cuda"``, ``extract_batch`` on a
+  list of ``B`` signals of ``--seconds`` seconds of noise at 65 dB SPL at the extractor's
+  native rate (Moore2016: two-channel, diotic; loudness models in pascals), numpy in and
+  numpy out (host-to-device copies and the return to the host are counted). Figure:
+  seconds of audio per wall-clock second (×real time), median of ``--reps`` after one
+  warm-up call (Triton compiles on it), and the peak of allocated GPU memory of one call.
+* **training**: each model with ``learnable=True`` on the GPU in float32, one step of
+  forward, loss (mean square of every output) and backward on a ``(B, T)`` batch (2 s at
+  16 kHz; Paulick2024 1 s at 44.1 kHz; Glasberg2002/Moore2016 1 s at 32 kHz in pascals),
+  ×real time as above and the peak GPU memory of a step per second of audio.
+
+A CPU column gives the same figures for batch 8 on all of the machine's cores in the same
+run (``--no-cpu`` skips it), so the two are read side by side. Timings synchronise the
+device before reading the host clock. ``--json PATH`` writes every figure.
+
+    python benchmarks/bench_gpu.py [--models amt-dau1997 ...] [--batches 1 8 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+import torch
+from lhotse.features.base import FEATURE_EXTRACTORS
+
+import lhotse_amt  # registers the extractors
+
+MODELS = {
+    "amt-dau1997": "Dau1997",
+    "amt-osses2021": "Osses2021",
+    "amt-king2019": "King2019",
+    "amt-paulick2024": "Paulick2024",
+    "amt-glasberg2002": "Glasberg2002",
+    "amt-moore2016": "Moore2016",
+}
+LOUDNESS = ("Glasberg2002", "Moore2016")
+
+
+def noise(n: int, fs: int, seconds: float, channels: int, pascals: bool, seed: int) -> np.ndarray:
+    """``(n, [channels,] T)`` float32 noise at 65 dB SPL (rms 1 = 100 dB, or pascals)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, int(fs * seconds))).astype(np.float32)
+    x *= 20e-6 * 10 ** (65 / 20) if pascals else 10 ** ((65 - 100) / 20)
+    return np.repeat(x[:, None], 2, axis=1) if channels == 2 else x
+
+
+def timed(fn, reps: int, device: str) -> tuple[float, float]:
+    """Median wall seconds of ``fn()`` over ``reps`` calls after one warm-up, and the peak
+    GPU memory (MB) of one call (0 on the CPU)."""
+    fn()
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t)
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if device == "cuda" else 0.0
+    return statistics.median(times), peak
+
+
+def features(name: str, batch: int, seconds: float, reps: int, device: str) -> dict:
+    cls = FEATURE_EXTRACTORS[name]
+    conf = cls.config_type()
+    if hasattr(conf, "diotic"):
+        conf.diotic = True
+    conf.device = device
+    ex = cls(conf)
+    fs = conf.sampling_rate
+    loud = MODELS[name] in LOUDNESS
+    x = noise(batch, fs, seconds, cls.input_channels, loud, seed=batch)
+    items = list(x)
+    wall, peak = timed(lambda: ex.extract_batch(items, fs), reps, device)
+    return dict(xrt=batch * seconds / wall, wall=wall, peak_mb=peak)
+
+
+def training(model_name: str, batch: int, reps: int, device: str) -> dict:
+    loud = model_name in LOUDNESS
+    fs = 44100 if model_name == "Paulick2024" else 32000 if loud else 16000
+    seconds = 2.0 if fs == 16000 else 1.0
+    model = getattr(lhotse_amt, model_name)(fs=fs, learnable=True).to(device)
+    x = torch.from_numpy(
+        noise(batch, fs, seconds, 2 if model_name == "Moore2016" else 1, loud, seed=batch)
+    ).to(device)
+
+    def step() -> None:
+        xx = x.clone().requires_grad_(True)
+        out = model(xx)
+        out = list(out) if isinstance(out, (list, tuple)) else [out]
+        sum(o.square().mean() for o in out).backward()
+        model.zero_grad(set_to_none=True)
+
+    wall, peak = timed(step, reps, device)
+    return dict(xrt=batch * seconds / wall, wall=wall, peak_mb_per_s=peak / (batch * seconds))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--batches", nargs="*", type=int, default=[1, 8, 64])
+    ap.add_argument("--seconds", type=float, default=4.0, help="length of a feature item")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--no-cpu", action="store_true", help="skip the CPU batch-8 column")
+    ap.add_argument("--no-training", action="store_true")
+    ap.add_argument("--json", help="write all figures here")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_gpu.py needs a CUDA device")
+    print(
+        f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} CPU threads",
+        flush=True,
+    )
+    res: dict = {"device": torch.cuda.get_device_name(), "features": {}, "training": {}}
+
+    def cell(kind: str, key: tuple[str, str], fn, *fn_args) -> None:
+        try:
+            r = fn(*fn_args)
+        except Exception as e:  # report and go on: one failing row must not lose the table
+            r = dict(error=f"{type(e).__name__}: {e}"[:300])
+        res[kind].setdefault(key[0], {})[key[1]] = r
+        print(kind, key, json.dumps(r), flush=True)
+
+    for name in args.models:
+        for b in args.batches:
+            cell(
+                "features", (name, f"cuda-{b}"), features, name, b, args.seconds, args.reps, "cuda"
+            )
+        if not args.no_cpu:
+            cell("features", (name, "cpu-8"), features, name, 8, args.seconds, 1, "cpu")
+    if not args.no_training:
+        for name in args.models:
+            m = MODELS[name]
+            for b in args.batches:
+                cell("training", (m, f"cuda-{b}"), training, m, b, args.reps, "cuda")
+            if not args.no_cpu:
+                cell("training", (m, "cpu-8"), training, m, 8, 1, "cpu")
+
+    def fmt(r: dict | None, key: str) -> str:
+        if r is None:
+            return "-"
+        return "error" if "error" in r else f"{r[key]:.0f}"
+
+    cols = [f"cuda-{b}" for b in args.batches] + ([] if args.no_cpu else ["cpu-8"])
+    print("\nfeatures, x real time (peak GPU MB at the largest batch)")
+    print("| extractor | " + " | ".join(cols) + " | peak MB |")
+    for name, row in res["features"].items():
+        last = row.get(f"cuda-{args.batches[-1]}") or {}
+        print(
+            f"| {name} | "
+            + " | ".join(fmt(row.get(c), "xrt") for c in cols)
+            + f" | {last.get('peak_mb', float('nan')):.0f} |"
+        )
+    if res["training"]:
+        print("\nforward + backward, x real time (peak GPU MB per s of audio, largest batch)")
+        print("| model | " + " | ".join(cols) + " | MB per s |")
+        for name, row in res["training"].items():
+            last = row.get(f"cuda-{args.batches[-1]}") or {}
+            print(
+                f"| {name} | "
+                + " | ".join(fmt(row.get(c), "xrt") for c in cols)
+                + f" | {last.get('peak_mb_per_s', float('nan')):.0f} |"
+            )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
