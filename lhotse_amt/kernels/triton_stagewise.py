@@ -7,6 +7,10 @@ sequential in time; ``TRITON_INTERPRET=1`` runs them on CPU tensors (tests).
 * :func:`agc` - the attack/release AGC of the loudness models, one row per program
   (entry point :func:`lhotse_amt.kernels.agc.agc_triton`).
 
+Both recursions run in the signal's dtype, as the CPU kernels do; their coefficients come
+as a small tensor of that dtype (a compiled kernel would take a Python float argument as
+float32 and round the coefficients of a float64 signal).
+
 This module imports Triton; the entry points import it at their first call, so a process
 that runs only CPU kernels never pays for importing Triton.
 """
@@ -21,14 +25,15 @@ __all__ = ["agc", "ihc_paulick"]
 
 
 @triton.jit
-def _ihc_kernel(
-    x_ptr, y_ptr, w_ptr, N, T,
-    scale, gmax, x0, s0, s1, zmax, kk, gkf, gks, dep, dkf, dks,
-    BLOCK: tl.constexpr,
-):  # fmt: skip  # pragma: no cover - compiled
+def _ihc_kernel(x_ptr, y_ptr, w_ptr, c_ptr, N, T, BLOCK: tl.constexpr):  # pragma: no cover
+    # c: the step constants in the signal's dtype (IHC_KEYS), as the CPU kernel takes them
     pid = tl.program_id(0)
     rows = pid * BLOCK + tl.arange(0, BLOCK)
     rmask = rows < N
+    scale, gmax, x0 = tl.load(c_ptr), tl.load(c_ptr + 1), tl.load(c_ptr + 2)
+    s0, s1, zmax = tl.load(c_ptr + 3), tl.load(c_ptr + 4), tl.load(c_ptr + 5)
+    kk, gkf, gks = tl.load(c_ptr + 6), tl.load(c_ptr + 7), tl.load(c_ptr + 8)
+    dep, dkf, dks = tl.load(c_ptr + 9), tl.load(c_ptr + 10), tl.load(c_ptr + 11)
     W = tl.load(w_ptr + rows, mask=rmask, other=0.0)
     for n in range(0, T):
         v = tl.load(x_ptr + rows * T + n, mask=rmask, other=0.0)
@@ -37,6 +42,10 @@ def _ihc_kernel(
         W = W + kk * (-G * (W + dep) - gkf * (W + dkf) - gks * (W + dks))
         tl.store(y_ptr + rows * T + n, W, mask=rmask)
     tl.store(w_ptr + rows, W, mask=rmask)
+
+
+#: order of the step constants in the kernel's coefficient vector
+IHC_KEYS = ("scale", "gmax", "x0", "s0", "s1", "zmax", "k", "gkf", "gks", "dep", "dkf", "dks")
 
 
 def ihc_paulick(
@@ -52,21 +61,18 @@ def ihc_paulick(
     w = state.expand(*lead).reshape(-1).to(xf.dtype).contiguous().clone()
     if T > 0 and N > 0:
         grid = (triton.cdiv(N, block),)
-        p = consts
-        _ihc_kernel[grid](
-            xf, y, w, N, T,
-            p["scale"], p["gmax"], p["x0"], p["s0"], p["s1"], p["zmax"],
-            p["k"], p["gkf"], p["gks"], p["dep"], p["dkf"], p["dks"],
-            block,
-        )  # fmt: skip
+        c = torch.tensor([float(consts[k]) for k in IHC_KEYS], dtype=xf.dtype, device=xf.device)
+        _ihc_kernel[grid](xf, y, w, c, N, T, block)
     return y.reshape(*lead, T), w.reshape(*lead)
 
 
 @triton.jit
-def _agc_kernel(x_ptr, y_ptr, n_t, attack, release):  # pragma: no cover - compiled
+def _agc_kernel(x_ptr, y_ptr, c_ptr, n_t):  # pragma: no cover - compiled
+    # c: (attack, release) in the signal's dtype
     r = tl.program_id(0)
     base = r.to(tl.int64) * n_t
     s = tl.load(x_ptr + base) * 0.0
+    attack, release = tl.load(c_ptr), tl.load(c_ptr + 1)
     for t in range(n_t):
         v = tl.load(x_ptr + base + t)
         a = tl.where(v > s, attack, release)
@@ -81,5 +87,6 @@ def agc(x: torch.Tensor, attack: float, release: float) -> torch.Tensor:
     xc = x.detach().contiguous()
     y = torch.empty_like(xc)
     if xc.numel() > 0:
-        _agc_kernel[(xc.shape[0],)](xc, y, xc.shape[1], float(attack), float(release))
+        c = torch.tensor([float(attack), float(release)], dtype=xc.dtype, device=xc.device)
+        _agc_kernel[(xc.shape[0],)](xc, y, c, xc.shape[1])
     return y
