@@ -59,9 +59,9 @@ class Glasberg2002Extractor(LoudnessExtractor):
         return model.first_frame
 
     def _model_frames(self, model: torch.nn.Module, seg: Tensor) -> tuple[Tensor, Tensor]:
-        st = model.compute(seg)  # (1, T) -> frames j = -64 … of the segment
+        st = model.compute(seg[:, 0])  # (B, T) -> frames j = -64 … of the segment
         off = -model.first_frame
-        return st["specific_loudness"][0, off:, None, :], st["inst"][0, off:]
+        return st["specific_loudness"][:, off:, None, :], st["inst"][:, off:]
 
     def _stream(self, spec: np.ndarray, inst: np.ndarray | None, state: dict) -> np.ndarray:
         m = self.model()

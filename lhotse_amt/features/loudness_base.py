@@ -126,8 +126,9 @@ class LoudnessExtractor(LoudnessMixing, AuditoryExtractor):
 
     # ------------------------------------------------------------------ model frames
     def _model_frames(self, model: torch.nn.Module, seg: Tensor) -> tuple[Tensor, Tensor | None]:
-        """Per-frame specific loudness ``(F, E, C)`` and instantaneous loudness ``(F,)`` (or
-        None) of the segment's model frames ``j = 0 … floor(len / 32)``."""
+        """Per-frame specific loudness ``(B, F, E, C)`` and instantaneous loudness ``(B, F)``
+        (or None) of the model frames ``j = 0 … floor(len / 32)`` of the segments
+        ``seg (B, E, len)``."""
         raise NotImplementedError  # pragma: no cover
 
     def _first_frame(self, model: torch.nn.Module) -> int:
@@ -145,63 +146,82 @@ class LoudnessExtractor(LoudnessMixing, AuditoryExtractor):
         return L.resample_to_32k(x, sr)
 
     def _compute(self, x: Tensor, lengths: list[int]) -> list[Tensor]:
-        return [self._compute_one(x[b, :, :n], n) for b, n in enumerate(lengths)]
+        if x.device.type == "cpu":  # the fused CPU kernels run one item at a time
+            return [self._compute_items(x[b : b + 1, :, :n], [n])[0] for b, n in enumerate(lengths)]
+        return self._compute_items(x, lengths)  # one model call per block for the whole batch
 
-    def _compute_one(self, x: Tensor, n: int) -> Tensor:
+    def _compute_items(self, x: Tensor, lengths: list[int]) -> list[Tensor]:
+        """Features of the items ``x[b, :, :lengths[b]]`` of ``x (B, E, T)``: block by block,
+        each block's model frames of all items that reach it in one model call."""
         model = self.model(x.device)
         c = self.config
         sr = int(c.sampling_rate)
-        hop = self.hop
         # whole-signal passes by numpy on this thread (a torch op would open a parallel
         # region per pass, which costs a scheduler time slice on a busy machine; _serial)
-        if self.config.sampling_rate == L.FS and x.device.type == "cpu":
+        if sr == L.FS and x.device.type == "cpu":
             x32 = scaled_copy(x, _PA_PER_UNIT, model.dtype)
         else:
             x32 = self._to_32k(x * _PA_PER_UNIT).to(model.dtype)
-        t32 = x32.shape[-1]
-        last = t32 // L.HOP  # last model frame (centre <= end of signal)
-        n_out = self._num_frames(n)
-        den = 1000 * hop  # model frame i -> Lhotse frame (i * sr) // den
+        # samples at 32 kHz of each item (resample_poly's length); zeros after them, as
+        # when the item is resampled alone
+        t32 = [n if sr == L.FS else -(-n * L.FS // sr) for n in lengths]
+        for k, n in enumerate(t32):
+            x32[k, :, n:] = 0.0
+        last = [n // L.HOP for n in t32]  # last model frame (centre <= end of signal)
+        n_out = [self._num_frames(n) for n in lengths]
+        den = 1000 * self.hop  # model frame i -> Lhotse frame (i * sr) // den
         per_block = max(1, int(round(c.chunk_duration / c.frame_shift)))
         j_first = self._first_frame(model)
-        state: dict = {}
-        rows = []
-        for a in range(0, n_out, per_block):
-            b = min(a + per_block, n_out)
-            i_a = -(-a * den // sr)  # first model frame of Lhotse frame a
-            i_b = min(-(-b * den // sr), last + 1)
-            lo = j_first if a == 0 else i_a
-            if i_b <= lo:
+        states: list[dict] = [{} for _ in lengths]
+        rows: list[list[np.ndarray]] = [[] for _ in lengths]
+        for a in range(0, max(n_out), per_block):
+            items = [k for k, n in enumerate(n_out) if n > a]
+            lo = j_first if a == 0 else -(-a * den // sr)  # first model frame of the block
+            stop = {k: min(a + per_block, n_out[k]) for k in items}  # Lhotse frames a … stop-1
+            ends = {k: min(-(-stop[k] * den // sr), last[k] + 1) for k in items}  # model frames
+            if min(ends.values()) <= lo:
                 raise AssertionError("empty block")  # pragma: no cover - frame_shift >= 1 ms
             s0 = L.HOP * lo - _CONTEXT
-            s1 = L.HOP * (i_b - 1) + _CONTEXT
-            c0, c1 = max(s0, 0), min(s1, t32)
-            if x32.device.type == "cpu":
-                seg_np = np.zeros((x32.shape[0], s1 - s0), dtype=x32.numpy().dtype)
-                if c1 > c0:
-                    seg_np[:, c0 - s0 : c1 - s0] = x32.numpy()[:, c0:c1]
-                seg = torch.from_numpy(seg_np)
-            else:
-                seg = x32.new_zeros(x32.shape[0], s1 - s0)
-                if c1 > c0:
-                    seg[:, c0 - s0 : c1 - s0] = x32[:, c0:c1]
+            s1 = L.HOP * (max(ends.values()) - 1) + _CONTEXT
+            seg = _segment(x32[items] if len(items) < x32.shape[0] else x32, s0, s1)
             spec, inst = self._model_frames(model, seg)
             # segment frame j' = global frame - lo + _CTX_FRAMES
-            sel = slice(_CTX_FRAMES, _CTX_FRAMES + (i_b - lo))
-            spec_np = np.asarray(spec[sel].detach().cpu().numpy(), dtype=np.float64)
-            inst_np = (
-                None
-                if inst is None
-                else np.asarray(inst[sel].detach().cpu().numpy(), dtype=np.float64)
-            )
-            feats = self._stream(spec_np, inst_np, state)
-            keep = np.arange(lo, i_b) >= 0
-            feats, idx = feats[keep], np.arange(lo, i_b)[keep]
-            grp = (idx * sr) // den - a
-            sums = np.zeros((b - a, feats.shape[1]))
-            np.add.at(sums, grp, feats)
-            counts = np.bincount(grp, minlength=b - a)
-            rows.append(sums / counts[:, None])
-        out = np.concatenate(rows, 0)
-        assert out.shape[0] == n_out
-        return torch.from_numpy(out.astype(np.float32))
+            sel = slice(_CTX_FRAMES, _CTX_FRAMES + (max(ends.values()) - lo))
+            spec_np = spec[:, sel].detach().cpu().numpy().astype(np.float64)
+            inst_np = None if inst is None else inst[:, sel].detach().cpu().numpy()
+            for i, k in enumerate(items):
+                m = ends[k] - lo
+                ik = None if inst_np is None else inst_np[i, :m].astype(np.float64)
+                feats = self._stream(spec_np[i, :m], ik, states[k])
+                rows[k].append(_pool(feats, lo, ends[k], a, stop[k], sr, den))
+        out = [np.concatenate(r, 0) for r in rows]
+        assert [o.shape[0] for o in out] == n_out
+        return [torch.from_numpy(o.astype(np.float32)) for o in out]
+
+
+def _segment(x32: Tensor, s0: int, s1: int) -> Tensor:
+    """Samples ``s0 … s1 - 1`` of every row of ``x32 (B, E, T)``, zeros outside ``0 … T-1``."""
+    c0, c1 = max(s0, 0), min(s1, x32.shape[-1])
+    if x32.device.type == "cpu":  # numpy on this thread (_serial)
+        xn = x32.numpy()
+        seg = np.zeros((*xn.shape[:-1], s1 - s0), dtype=xn.dtype)
+        if c1 > c0:
+            seg[..., c0 - s0 : c1 - s0] = xn[..., c0:c1]
+        return torch.from_numpy(seg)
+    seg = x32.new_zeros(*x32.shape[:-1], s1 - s0)
+    if c1 > c0:
+        seg[..., c0 - s0 : c1 - s0] = x32[..., c0:c1]
+    return seg
+
+
+def _pool(feats: np.ndarray, lo: int, hi: int, a: int, b: int, sr: int, den: int) -> np.ndarray:
+    """Lhotse frames ``a … b - 1`` as the means of the rows ``feats (hi - lo, D)`` of the
+    model frames ``lo … hi - 1`` (frame ``i`` belongs to Lhotse frame ``(i * sr) // den``;
+    frames before 0 are not pooled)."""
+    idx = np.arange(lo, hi)
+    keep = idx >= 0
+    grp = (idx[keep] * sr) // den - a
+    sums = np.zeros((b - a, feats.shape[1]))
+    np.add.at(sums, grp, feats[keep])
+    counts = np.bincount(grp, minlength=b - a)
+    return sums / counts[:, None]

@@ -88,8 +88,8 @@ class Moore2016Extractor(LoudnessExtractor):
         )
 
     def _model_frames(self, model: torch.nn.Module, seg: Tensor) -> tuple[Tensor, None]:
-        spec = model.instantaneous_specific_loudness(seg[None])  # (1, 2, F, C)
-        return spec[0].transpose(0, 1), None
+        spec = model.instantaneous_specific_loudness(seg)  # (B, 2, F, C)
+        return spec.transpose(1, 2), None
 
     def _stream(self, spec: np.ndarray, inst: np.ndarray | None, state: dict) -> np.ndarray:
         m = self.model()

@@ -122,3 +122,35 @@ def test_stereo_multicut_compute_and_store(tmp_path):
     mono = make_cuts(tmp_path / "mono", n=1, sr=SR, channels=1, speech=False, max_duration=0.3)
     with pytest.raises(ValueError, match="exactly 2 channels"):
         ex.extract(mono[0].load_audio(), SR)
+
+
+@pytest.mark.parametrize(
+    "cls, cfg, rate",
+    [
+        (Glasberg2002Extractor, Glasberg2002Config, SR),
+        (Glasberg2002Extractor, Glasberg2002Config, 16000),
+        (Moore2016Extractor, Moore2016Config, SR),
+    ],
+)
+def test_batched_blocks_equal_items_one_by_one(cls, cfg, rate):
+    # the batch path (CUDA: one model call per block for all items) on the CPU: items of
+    # different lengths across several blocks, resampled or not, AGC states per item
+    conf = dict(sampling_rate=rate, chunk_duration=0.05, include_stl=True, include_ltl=True)
+    if cls is Moore2016Extractor:
+        conf["diotic"] = True
+    ex = cls(cfg(specific="short_term", **conf))
+    rng = np.random.default_rng(3)
+    lengths = [int(0.031 * rate), int(0.17 * rate) + 5, int(0.11 * rate)]
+    x = np.zeros((3, 2 if cls is Moore2016Extractor else 1, max(lengths)), np.float32)
+    for k, n in enumerate(lengths):
+        x[k, :, :n] = rng.standard_normal(n) * 10 ** ((60 - 100) / 20)
+    with torch.inference_mode():
+        batched = ex._compute_items(torch.from_numpy(x), lengths)
+        one_by_one = ex._compute(torch.from_numpy(x), lengths)
+    for k, n in enumerate(lengths):
+        assert batched[k].shape == (
+            compute_num_frames_from_samples(n, 0.01, rate),
+            ex.feature_dim(rate),
+        )
+        assert batched[k].abs().max() > 0.01
+        torch.testing.assert_close(batched[k], one_by_one[k], rtol=1e-5, atol=1e-6)
