@@ -109,7 +109,10 @@ def test_envelope_operator_cuda_matches_cpu(dtype):
     yg = ops.rms_envelope(xg, bands)
     (gc,) = torch.autograd.grad(yc, xc, gy)
     (gg,) = torch.autograd.grad(yg, xg, gy.cuda())
-    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    # float32: the Hilbert transforms are float32 FFTs of two libraries (cuFFT, pocketfft)
+    # of a length with a large prime factor (5001 = 3 * 1667, Bluestein's algorithm), which
+    # round differently: 4e-5 of the largest value on an H200
+    tol = 1e-12 if dtype == torch.float64 else 2e-4
     for what, a, b in (("output", yg, yc), ("gradient", gg, gc)):
         assert a.dtype == b.dtype and a.shape == b.shape
         err = (a.detach().cpu().double() - b.detach().double()).abs()
