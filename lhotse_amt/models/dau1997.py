@@ -20,14 +20,11 @@ T. Dau, D. Püschel, A. Kohlrausch (1996), JASA 99, 3615-3622; AMT ``dau1997``.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-from torch import Tensor
 
-from ..functional.modulation import unpad_bands
 from ..modules import AdaptationLoops, GammatoneFilterbank, IHCEnvelope, ModulationFilterbank
-from ._base import StreamingModel, merge_preset
+from ._base import merge_preset
+from ._casp import CASPModel
 
 __all__ = ["Dau1997", "DAU1997_PRESETS"]
 
@@ -35,28 +32,21 @@ __all__ = ["Dau1997", "DAU1997_PRESETS"]
 #: ``dau1997_preproc``; ``amt-1.4`` = AMT 1.4 ``dau1997`` (``mfb_jepsen2008``);
 #: ``amt-1.4-mfb-dau1997`` = AMT 1.4 ``dau1997(..., 'mfb_dau1997')``.
 DAU1997_PRESETS: dict[str, dict[str, dict]] = {
-    "amt-0.9.10": dict(
+    name: dict(
         filterbank=dict(basef=1000.0),
         ihc=dict(method="dau1996"),
         adaptation=dict(preset="dau1997"),
-        modulation=dict(preset="amt-0.9.10"),
-    ),
-    "amt-1.4": dict(
-        filterbank=dict(basef=1000.0),
-        ihc=dict(method="dau1996"),
-        adaptation=dict(preset="dau1997"),
-        modulation=dict(preset="amt-1.4-jepsen2008"),
-    ),
-    "amt-1.4-mfb-dau1997": dict(
-        filterbank=dict(basef=1000.0),
-        ihc=dict(method="dau1996"),
-        adaptation=dict(preset="dau1997"),
-        modulation=dict(preset="amt-1.4-dau1997"),
-    ),
+        modulation=dict(preset=modulation),
+    )
+    for name, modulation in (
+        ("amt-0.9.10", "amt-0.9.10"),
+        ("amt-1.4", "amt-1.4-jepsen2008"),
+        ("amt-1.4-mfb-dau1997", "amt-1.4-dau1997"),
+    )
 }
 
 
-class Dau1997(StreamingModel):
+class Dau1997(CASPModel):
     """Dau et al. (1997) auditory model (torch_amt-compatible constructor).
 
     Args:
@@ -89,7 +79,6 @@ class Dau1997(StreamingModel):
     """
 
     stage_names = ("filterbank", "ihc", "adaptation", "modulation")
-    fused_chain = "casp"
 
     def __init__(
         self,
@@ -124,54 +113,3 @@ class Dau1997(StreamingModel):
             **common,
         )
         self._band_counts()  # constants of the design, for traced calls
-
-    def _stages(
-        self, x: Tensor, state: dict[str, Any] | None, upto: str | None
-    ) -> tuple[dict[str, Tensor], dict[str, Any]]:
-        state = state or {}
-        out: dict[str, Tensor] = {}
-        new: dict[str, Any] = {}
-        y, new["filterbank"] = self.filterbank(x, state.get("filterbank"), return_state=True)
-        out["filterbank"] = y
-        if upto != "filterbank":
-            y, new["ihc"] = self.ihc(y, state.get("ihc"), return_state=True)
-            out["ihc"] = y
-        if upto not in ("filterbank", "ihc"):
-            y, new["adaptation"] = self.adaptation(y, state.get("adaptation"), return_state=True)
-            out["adaptation"] = y
-        if upto in (None, "modulation"):
-            y, new["modulation"] = self.modulation.forward_padded(
-                y, state.get("modulation"), return_state=True
-            )
-            out["modulation"] = y
-        return out, new
-
-    def distribute_gradients(self) -> None:
-        """torch_amt's training-loop hook, kept for compatibility: there it shares gradients
-        among the filters its ``FastModulationFilterbank`` groups. Every filter here has its
-        own coefficients and exact gradient, so it does nothing."""
-
-    def forward(self, x: Tensor) -> list[Tensor] | tuple[list[Tensor], dict[str, Tensor]]:
-        xb, squeeze = self._prepare(x)
-        if self._fused_inference(xb):
-            # inference: item by item into one output (peak memory: output + one item)
-            fused = self._casp_fused(xb, lambda v: v)
-            if fused is not None:
-                return [c[0] for c in fused] if squeeze else fused
-            out = {
-                "modulation": self._itemwise(
-                    xb, lambda v: self._stages(v, None, None)[0]["modulation"]
-                )
-            }
-            chans = unpad_bands(out["modulation"], self._band_counts())
-        else:
-            # the modulation filterbank channel by channel: only the bands each channel
-            # has are computed and differentiated (no padded tensor)
-            out, _ = self._stages(xb, None, "adaptation")
-            chans = self.modulation(out["adaptation"])
-        if squeeze:
-            out = {k: v[0] for k, v in out.items()}
-            chans = [c[0] for c in chans]
-        if self.return_stages:
-            return chans, {k: out[k] for k in ("filterbank", "ihc", "adaptation")}
-        return chans

@@ -46,10 +46,10 @@ import torch
 from torch import Tensor
 
 from .._validation import check_choice
-from ..functional.modulation import unpad_bands
 from ..modules import AdaptationLoops, GammatoneFilterbank, IHCEnvelope, ModulationFilterbank
 from ..modules.ear import HeadphoneFilter, MiddleEarFilter
-from ._base import StreamingModel, merge_preset
+from ._base import merge_preset
+from ._casp import CASPModel
 
 __all__ = ["Osses2021", "OSSES2021_PRESETS"]
 
@@ -72,7 +72,7 @@ _DEFAULTS: dict[str, dict] = dict(
 )
 
 
-class Osses2021(StreamingModel):
+class Osses2021(CASPModel):
     """Osses & Kohlrausch (2021) auditory model (torch_amt-compatible constructor).
 
     Args:
@@ -105,7 +105,6 @@ class Osses2021(StreamingModel):
     """
 
     stage_names = ("headphone", "middleear", "filterbank", "ihc", "adaptation", "modulation")
-    fused_chain = "casp"
 
     def __init__(
         self,
@@ -177,35 +176,13 @@ class Osses2021(StreamingModel):
         y, me = self.middleear.stream(y, st.get("middleear"), end)
         return y, {"end": end, "headphone": hp, "middleear": me}
 
-    def _stages(
-        self, x: Tensor, state: dict[str, Any] | None, upto: str | None
-    ) -> tuple[dict[str, Tensor], dict[str, Any]]:
-        state = state or {}
-        end = state.get("end")
-        out: dict[str, Tensor] = {}
-        new: dict[str, Any] = {"end": end}
-        names = self.stage_names
-        stop = names.index(upto) if upto is not None else len(names) - 1
-        y, new["headphone"] = self.headphone.stream(x, state.get("headphone"), end)
-        out["headphone"] = y
-        if stop >= 1:
-            y, new["middleear"] = self.middleear.stream(y, state.get("middleear"), end)
-            out["middleear"] = y
-        if stop >= 2:
-            y, new["filterbank"] = self.filterbank(y, state.get("filterbank"), return_state=True)
-            out["filterbank"] = y
-        if stop >= 3:
-            y, new["ihc"] = self.ihc(y, state.get("ihc"), return_state=True)
-            out["ihc"] = y
-        if stop >= 4:
-            y, new["adaptation"] = self.adaptation(y, state.get("adaptation"), return_state=True)
-            out["adaptation"] = y
-        if stop >= 5:
-            y, new["modulation"] = self.modulation.forward_padded(
-                y, state.get("modulation"), return_state=True
-            )
-            out["modulation"] = y
-        return out, new
+    def _carried_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        return {"end": state.get("end")}
+
+    def _stage(self, name: str, y: Tensor, state: dict[str, Any]) -> tuple[Tensor, Any]:
+        if name in ("headphone", "middleear"):
+            return getattr(self, name).stream(y, state.get(name), state.get("end"))
+        return super()._stage(name, y, state)
 
     def run(self, x: Tensor, upto: str | None = None) -> dict[str, Tensor]:
         """One-shot run of the stages on ``x (B, T)`` with AMT's end-of-signal handling:
@@ -219,29 +196,7 @@ class Osses2021(StreamingModel):
         out, _ = self.stream(x, state, upto)
         return out
 
-    def distribute_gradients(self) -> None:
-        """torch_amt's training-loop hook, kept for compatibility: there it shares gradients
-        among the filters its ``FastModulationFilterbank`` groups. Every filter here has its
-        own coefficients and exact gradient, so it does nothing."""
+    _run = run  # the one-shot run of :meth:`CASPModel.forward`
 
-    def forward(self, x: Tensor) -> list[Tensor] | tuple[list[Tensor], dict[str, Tensor]]:
-        xb, squeeze = self._prepare(x)
-        if self._fused_inference(xb):
-            # inference: item by item into one output (peak memory: output + one item);
-            # on the CPU the fused kernel after the ear filters
-            fused = self._casp_fused(xb, lambda v: self.run(v, upto="middleear")["middleear"])
-            if fused is not None:
-                return [c[0] for c in fused] if squeeze else fused
-            out = {"modulation": self._itemwise(xb, lambda v: self.run(v)["modulation"])}
-            chans = unpad_bands(out["modulation"], self._band_counts())
-        else:
-            # the modulation filterbank channel by channel: only the bands each channel
-            # has are computed and differentiated (no padded tensor)
-            out = self.run(xb, upto="adaptation")
-            chans = self.modulation(out["adaptation"])
-        if squeeze:
-            out = {k: v[0] for k, v in out.items()}
-            chans = [c[0] for c in chans]
-        if self.return_stages:
-            return chans, {k: out[k] for k in self.stage_names[:-1]}
-        return chans
+    def _casp_front(self, x: Tensor) -> Tensor:
+        return self.run(x, upto="middleear")["middleear"]
