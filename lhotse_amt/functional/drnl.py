@@ -76,44 +76,39 @@ __all__ = [
     "drnl",
 ]
 
+# Lopez-Poveda & Meddis (2001), Table III (average normal-hearing listener)
+_LOPEZPOVEDA2001: dict = dict(
+    lin_gain=(4.20405, -0.47909),
+    lin_fc=(-0.06762, 1.01679),
+    lin_bw=(0.03728, 0.78563),
+    lin_lp=(-0.06762, 1.01679),
+    lin_gt_order=2,
+    lin_lp_order=4,
+    nl_fc=(-0.05252, 1.01650),
+    nl_bw=(-0.03193, 0.77426),
+    nl_gt_order=3,
+    nl_lp=(-0.05252, 1.01650),
+    nl_lp_order=3,
+    a=(1.40298, 0.81916),
+    b=(1.61912, -0.81867),
+    c=0.25,
+    compresslimit=None,
+)
+
 #: ``[p0, p1]`` regressions ``10^p0 fc^p1`` and structural constants of both parameter sets.
 DRNL_PRESETS: dict[str, dict] = {
-    # Jepsen, Ewert & Dau (2008), Table I (CASP); compression parameters frozen above 1.5 kHz
-    "jepsen2008": dict(
-        lin_gain=(4.20405, -0.47909),
-        lin_fc=(-0.06762, 1.01679),
-        lin_bw=(0.03728, 0.75),
-        lin_lp=(-0.06762, 1.01),
-        lin_gt_order=2,
-        lin_lp_order=4,
-        nl_fc=(-0.05252, 1.01650),
-        nl_bw=(-0.03193, 0.77),
-        nl_gt_order=2,
-        nl_lp=(-0.05252, 1.01650),
-        nl_lp_order=3,
-        a=(1.40298, 0.81916),
-        b=(1.61912, -0.81867),
-        c=0.25,
-        compresslimit=1500.0,
-    ),
-    # Lopez-Poveda & Meddis (2001), Table III (average normal-hearing listener)
-    "lopezpoveda2001": dict(
-        lin_gain=(4.20405, -0.47909),
-        lin_fc=(-0.06762, 1.01679),
-        lin_bw=(0.03728, 0.78563),
-        lin_lp=(-0.06762, 1.01679),
-        lin_gt_order=2,
-        lin_lp_order=4,
-        nl_fc=(-0.05252, 1.01650),
-        nl_bw=(-0.03193, 0.77426),
-        nl_gt_order=3,
-        nl_lp=(-0.05252, 1.01650),
-        nl_lp_order=3,
-        a=(1.40298, 0.81916),
-        b=(1.61912, -0.81867),
-        c=0.25,
-        compresslimit=None,
-    ),
+    # Jepsen, Ewert & Dau (2008), Table I (CASP): Lopez-Poveda & Meddis (2001) with these
+    # bandwidths, low-pass cut-off and gammatone order; compression parameters frozen above
+    # 1.5 kHz
+    "jepsen2008": {
+        **_LOPEZPOVEDA2001,
+        "lin_bw": (0.03728, 0.75),
+        "lin_lp": (-0.06762, 1.01),
+        "nl_bw": (-0.03193, 0.77),
+        "nl_gt_order": 2,
+        "compresslimit": 1500.0,
+    },
+    "lopezpoveda2001": _LOPEZPOVEDA2001,
 }
 
 
