@@ -42,11 +42,13 @@ from .mixing import MUMixing
 
 __all__ = [
     "CASPExtractor",
+    "ConfigModel",
     "FusedPooling",
     "check_casp_config",
     "check_grid",
     "check_modulation",
     "config_kwargs",
+    "given_kwargs",
     "stage_kwargs",
 ]
 
@@ -93,6 +95,12 @@ def config_kwargs(c: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return {k: getattr(c, k) for k in names}
 
 
+def given_kwargs(**kwargs: Any) -> dict[str, Any]:
+    """The keyword arguments whose value is not ``None`` (a config field left ``None`` takes
+    the model's default)."""
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
 def stage_kwargs(c: Any) -> dict[str, dict[str, Any]]:
     """The model's ``adaptation_kwargs`` (``limit``) and ``modulation_kwargs`` (``preset``,
     the modulation-filterbank fields and ``filter_type``) that a config sets; fields left
@@ -107,6 +115,30 @@ def stage_kwargs(c: Any) -> dict[str, dict[str, Any]]:
             mod[k] = getattr(c, k)
     adaptation = {} if c.adaptation_limit is None else {"limit": c.adaptation_limit}
     return {"adaptation_kwargs": adaptation, "modulation_kwargs": mod}
+
+
+class ConfigModel:
+    """The model of an extractor's config: ``model_type(sampling_rate, **fields, dtype=...,
+    **extra)``, ``fields`` the config's :attr:`model_fields` (named as the model's
+    arguments), ``dtype`` the config's and ``extra`` :meth:`_model_kwargs`."""
+
+    config: Any
+    torch_dtype: torch.dtype
+    model_type: ClassVar[type[torch.nn.Module]]
+    model_fields: ClassVar[tuple[str, ...]] = ()
+
+    def _model_kwargs(self) -> dict[str, Any]:
+        """The model's keyword arguments that are not a config field of the same name."""
+        return {}
+
+    def _build_model(self) -> torch.nn.Module:
+        c = self.config
+        return self.model_type(
+            c.sampling_rate,
+            **config_kwargs(c, self.model_fields),
+            dtype=self.torch_dtype,
+            **self._model_kwargs(),
+        )
 
 
 class FusedPooling:
@@ -172,11 +204,14 @@ class FusedPooling:
         return state
 
 
-class CASPExtractor(MUMixing, FusedPooling, AuditoryExtractor):
+class CASPExtractor(MUMixing, ConfigModel, FusedPooling, AuditoryExtractor):
     """Common code of the modulation-filterbank extractors with model-unit output
     (Dau1997, Osses2021, Paulick2024; see the module docstring)."""
 
     stages: ClassVar[tuple[str, ...]] = ("modulation", "adaptation")
+
+    def _model_kwargs(self) -> dict[str, Any]:
+        return stage_kwargs(self.config)
 
     def _check_config(self) -> None:
         super()._check_config()

@@ -8,6 +8,7 @@ fused pooled path: :mod:`lhotse_amt.features.casp_base`; mixing hooks:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from lhotse.features.base import register_extractor
 
@@ -15,7 +16,7 @@ from .._validation import check_choice, check_positive_finite
 from ..functional.ihc import IHC_PRESETS
 from ..models.dau1997 import DAU1997_PRESETS, Dau1997
 from .base import AuditoryConfig
-from .casp_base import CASPExtractor, check_casp_config, config_kwargs, stage_kwargs
+from .casp_base import CASPExtractor, check_casp_config, given_kwargs
 
 __all__ = ["Dau1997Config", "Dau1997Extractor"]
 
@@ -71,17 +72,16 @@ class Dau1997Extractor(CASPExtractor):
 
     name = "amt-dau1997"
     config_type = Dau1997Config
+    model_type = Dau1997
+    model_fields = ("flow", "fhigh", "preset")
 
     def __init__(self, config: Dau1997Config | None = None) -> None:
         super().__init__(config)
 
-    def _build_model(self) -> Dau1997:
+    def _model_kwargs(self) -> dict[str, Any]:
         c = self.config
-        return Dau1997(
-            c.sampling_rate,
-            **config_kwargs(c, ("flow", "fhigh", "preset")),
-            dtype=self.torch_dtype,
-            filterbank_kwargs={} if c.basef is None else {"basef": c.basef},
-            ihc_kwargs={} if c.ihc_method is None else {"method": c.ihc_method},
-            **stage_kwargs(c),
+        return dict(
+            filterbank_kwargs=given_kwargs(basef=c.basef),
+            ihc_kwargs=given_kwargs(method=c.ihc_method),
+            **super()._model_kwargs(),
         )

@@ -24,7 +24,7 @@ from .._validation import (
 )
 from ..models.king2019 import KING2019_PRESETS, King2019
 from .base import AuditoryConfig, AuditoryExtractor
-from .casp_base import FusedPooling, check_grid, config_kwargs
+from .casp_base import ConfigModel, FusedPooling, check_grid, given_kwargs
 from .mixing import KingMixing
 
 __all__ = ["King2019Config", "King2019Extractor"]
@@ -120,7 +120,7 @@ class King2019Config(AuditoryConfig):
 
 
 @register_extractor
-class King2019Extractor(KingMixing, FusedPooling, AuditoryExtractor):
+class King2019Extractor(KingMixing, ConfigModel, FusedPooling, AuditoryExtractor):
     """Lhotse extractor ``amt-king2019``: frame-level King et al. (2019) modulation
     representation.
 
@@ -149,6 +149,8 @@ class King2019Extractor(KingMixing, FusedPooling, AuditoryExtractor):
 
     name = "amt-king2019"
     config_type = King2019Config
+    model_type = King2019
+    model_fields = _MODEL_FIELDS
     stages: ClassVar[tuple[str, ...]] = ("modulation", "adaptation")
 
     def __init__(self, config: King2019Config | None = None) -> None:
@@ -173,14 +175,11 @@ class King2019Extractor(KingMixing, FusedPooling, AuditoryExtractor):
         if c.modulation_form not in (None, "sos", "tf"):
             raise ValueError(f"modulation_form must be 'sos' or 'tf', got {c.modulation_form!r}")
 
-    def _build_model(self) -> King2019:
+    def _model_kwargs(self) -> dict[str, Any]:
         c = self.config
-        return King2019(
-            c.sampling_rate,
-            **config_kwargs(c, _MODEL_FIELDS),
-            dtype=self.torch_dtype,
-            ihc_kwargs={} if c.ihc_cutoff is None else {"cutoff": c.ihc_cutoff},
-            modulation_kwargs={} if c.modulation_form is None else {"form": c.modulation_form},
+        return dict(
+            ihc_kwargs=given_kwargs(cutoff=c.ihc_cutoff),
+            modulation_kwargs=given_kwargs(form=c.modulation_form),
         )
 
     def _spec(self) -> tuple[np.ndarray, np.ndarray]:

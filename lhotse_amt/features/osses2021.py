@@ -16,7 +16,7 @@ from lhotse.features.base import register_extractor
 from .._validation import check_choice
 from ..models.osses2021 import OSSES2021_PRESETS, Osses2021
 from .base import AuditoryConfig
-from .casp_base import CASPExtractor, check_casp_config, config_kwargs, stage_kwargs
+from .casp_base import CASPExtractor, check_casp_config
 from .frames import ChunkPlan, FrameAccumulator
 
 __all__ = ["Osses2021Config", "Osses2021Extractor"]
@@ -81,6 +81,8 @@ class Osses2021Extractor(CASPExtractor):
 
     name = "amt-osses2021"
     config_type = Osses2021Config
+    model_type = Osses2021
+    model_fields = ("flow", "fhigh", "phase_type", "compensation", "preset")
 
     def __init__(self, config: Osses2021Config | None = None) -> None:
         super().__init__(config)
@@ -97,15 +99,6 @@ class Osses2021Extractor(CASPExtractor):
                 "compensation='trim' drops 256 samples per ear filter (shorter output) and "
                 "cannot give frame features aligned with the audio; use 'none' or 'amt'"
             )
-
-    def _build_model(self) -> Osses2021:
-        c = self.config
-        return Osses2021(
-            c.sampling_rate,
-            **config_kwargs(c, ("flow", "fhigh", "phase_type", "compensation", "preset")),
-            dtype=self.torch_dtype,
-            **stage_kwargs(c),
-        )
 
     def _chunk_plan(
         self, model: torch.nn.Module, T: int, acc: FrameAccumulator, single: bool = False

@@ -19,7 +19,7 @@ from torch import Tensor
 from .._validation import check_bool, check_choice, check_int
 from ..models.paulick2024 import Paulick2024
 from .base import AuditoryConfig
-from .casp_base import CASPExtractor, check_casp_config, config_kwargs, stage_kwargs
+from .casp_base import CASPExtractor, check_casp_config
 from .frames import FrameAccumulator
 
 __all__ = ["Paulick2024Config", "Paulick2024Extractor"]
@@ -107,6 +107,8 @@ class Paulick2024Extractor(CASPExtractor):
 
     name = "amt-paulick2024"
     config_type = Paulick2024Config
+    model_type = Paulick2024
+    model_fields = ("flow", "fhigh", "n_channels", "use_outerear", "filter_type", "resample_factor")
     stages: ClassVar[tuple[str, ...]] = ("modulation", "resampled", "adaptation")
 
     def __init__(self, config: Paulick2024Config | None = None) -> None:
@@ -117,16 +119,8 @@ class Paulick2024Extractor(CASPExtractor):
         """A fast configuration for tests: 8 DRNL channels (the defaults use 50)."""
         return Paulick2024Config(n_channels=8)
 
-    def _build_model(self) -> Paulick2024:
-        c = self.config
-        fields = ("flow", "fhigh", "n_channels", "use_outerear", "filter_type", "resample_factor")
-        return Paulick2024(
-            c.sampling_rate,
-            **config_kwargs(c, fields),
-            dtype=self.torch_dtype,
-            drnl_kwargs={"preset": c.drnl_preset},
-            **stage_kwargs(c),
-        )
+    def _model_kwargs(self) -> dict[str, Any]:
+        return dict(drnl_kwargs={"preset": self.config.drnl_preset}, **super()._model_kwargs())
 
     def _decimation(self) -> int:
         return 1 if self.config.stage == "adaptation" else int(self.config.resample_factor)
