@@ -42,107 +42,101 @@ _ROWS = 4  # rows per block
 _COLS = 512  # columns per block
 
 
-@njit(inline="always", **KERNEL_OPTS)
-def _acc4(o, jj, c0, c1, c2, c3, x0, x1, x2, x3):  # pragma: no cover - compiled
-    # o[jj] += c0 x0 + c1 x1 + c2 x2 + c3 x3, one term after the other (ascending k)
-    v = o[jj]
-    v += c0 * x0
-    v += c1 * x1
-    v += c2 * x2
-    v += c3 * x3
-    o[jj] = v
-
-
-@njit(inline="always", **KERNEL_OPTS)
-def _rows4(a, b, out, i, uj0, n, K):  # pragma: no cover - compiled
-    # rows i .. i + 3, columns uj0 .. uj0 + n (unsigned: no wraparound code, the column
-    # loops vectorise); four k terms per pass, each element's chain in ascending k
-    o0 = out[i]
-    o1 = out[i + 1]
-    o2 = out[i + 2]
-    o3 = out[i + 3]
-    for j in range(n):
-        jj = uj0 + j
-        o0[jj] = 0.0
-        o1[jj] = 0.0
-        o2[jj] = 0.0
-        o3[jj] = 0.0
-    k = 0
-    while k + 4 <= K:
-        b0 = b[k]
-        b1 = b[k + 1]
-        b2 = b[k + 2]
-        b3 = b[k + 3]
-        a00, a01, a02, a03 = a[i, k], a[i, k + 1], a[i, k + 2], a[i, k + 3]
-        a10, a11, a12, a13 = a[i + 1, k], a[i + 1, k + 1], a[i + 1, k + 2], a[i + 1, k + 3]
-        a20, a21, a22, a23 = a[i + 2, k], a[i + 2, k + 1], a[i + 2, k + 2], a[i + 2, k + 3]
-        a30, a31, a32, a33 = a[i + 3, k], a[i + 3, k + 1], a[i + 3, k + 2], a[i + 3, k + 3]
-        for j in range(n):
-            jj = uj0 + j
-            x0 = b0[jj]
-            x1 = b1[jj]
-            x2 = b2[jj]
-            x3 = b3[jj]
-            _acc4(o0, jj, a00, a01, a02, a03, x0, x1, x2, x3)
-            _acc4(o1, jj, a10, a11, a12, a13, x0, x1, x2, x3)
-            _acc4(o2, jj, a20, a21, a22, a23, x0, x1, x2, x3)
-            _acc4(o3, jj, a30, a31, a32, a33, x0, x1, x2, x3)
-        k += 4
-    while k < K:
-        b0 = b[k]
-        a00, a10, a20, a30 = a[i, k], a[i + 1, k], a[i + 2, k], a[i + 3, k]
-        for j in range(n):
-            jj = uj0 + j
-            x0 = b0[jj]
-            o0[jj] += a00 * x0
-            o1[jj] += a10 * x0
-            o2[jj] += a20 * x0
-            o3[jj] += a30 * x0
-        k += 1
-
-
-@njit(inline="always", **KERNEL_OPTS)
-def _row1(a, b, out, i, uj0, n, K):  # pragma: no cover - compiled
-    o0 = out[i]
-    for j in range(n):
-        o0[uj0 + j] = 0.0
-    for k in range(K):
-        b0 = b[k]
-        a0 = a[i, k]
-        for j in range(n):
-            o0[uj0 + j] += a0 * b0[uj0 + j]
-
-
-@njit(inline="always", **KERNEL_OPTS)
-def _block(a, b, out, t, nc):  # pragma: no cover - compiled
-    # block t of the (row blocks x column blocks) grid, nc column blocks. The helpers are
-    # inlined into the one compiled kernel: as separate functions each would be compiled,
-    # and optimised again inside its caller, at a process's first product
-    M, K = a.shape
-    N = b.shape[1]
-    i0 = (t // nc) * _ROWS
-    i1 = min(M, i0 + _ROWS)
-    j0 = (t % nc) * _COLS
-    n = np.uint64(min(N, j0 + _COLS) - j0)
-    uj0 = np.uint64(j0)
-    i = i0
-    while i + 4 <= i1:
-        _rows4(a, b, out, i, uj0, n, K)
-        i += 4
-    while i < i1:
-        _row1(a, b, out, i, uj0, n, K)
-        i += 1
-
-
 @njit(**KERNEL_OPTS)
 def _matmul_serial(a, b, out):  # pragma: no cover - compiled
+    # blocks of 4 rows x 512 columns; in a block, rows i .. i + 3 and four k terms per pass
+    # over the columns (unsigned column indices: no wraparound code, the column loops
+    # vectorise), each element's chain in ascending k. Written out in one function: numba's
+    # inlining of helper functions (and a separate compile of each) cost more compile time
+    # at a process's first product than the whole kernel
     assume_distinct_arrays()
     prefer_wide_vectors()
     fp = denormals_off()
-    nc = (b.shape[1] + _COLS - 1) // _COLS
-    nt = (a.shape[0] + _ROWS - 1) // _ROWS * nc
+    M, K = a.shape
+    N = b.shape[1]
+    nc = (N + _COLS - 1) // _COLS
+    nt = (M + _ROWS - 1) // _ROWS * nc
     for t in range(nt):
-        _block(a, b, out, t, nc)
+        i0 = (t // nc) * _ROWS
+        i1 = min(M, i0 + _ROWS)
+        j0 = (t % nc) * _COLS
+        n = np.uint64(min(N, j0 + _COLS) - j0)
+        uj0 = np.uint64(j0)
+        i = i0
+        while i + 4 <= i1:
+            o0 = out[i]
+            o1 = out[i + 1]
+            o2 = out[i + 2]
+            o3 = out[i + 3]
+            for j in range(n):
+                jj = uj0 + j
+                o0[jj] = 0.0
+                o1[jj] = 0.0
+                o2[jj] = 0.0
+                o3[jj] = 0.0
+            k = 0
+            while k + 4 <= K:
+                b0 = b[k]
+                b1 = b[k + 1]
+                b2 = b[k + 2]
+                b3 = b[k + 3]
+                a00, a01, a02, a03 = a[i, k], a[i, k + 1], a[i, k + 2], a[i, k + 3]
+                a10, a11, a12, a13 = a[i + 1, k], a[i + 1, k + 1], a[i + 1, k + 2], a[i + 1, k + 3]
+                a20, a21, a22, a23 = a[i + 2, k], a[i + 2, k + 1], a[i + 2, k + 2], a[i + 2, k + 3]
+                a30, a31, a32, a33 = a[i + 3, k], a[i + 3, k + 1], a[i + 3, k + 2], a[i + 3, k + 3]
+                for j in range(n):
+                    jj = uj0 + j
+                    x0 = b0[jj]
+                    x1 = b1[jj]
+                    x2 = b2[jj]
+                    x3 = b3[jj]
+                    v = o0[jj]  # o[jj] += c0 x0 + c1 x1 + c2 x2 + c3 x3, one term after the other
+                    v += a00 * x0
+                    v += a01 * x1
+                    v += a02 * x2
+                    v += a03 * x3
+                    o0[jj] = v
+                    v = o1[jj]
+                    v += a10 * x0
+                    v += a11 * x1
+                    v += a12 * x2
+                    v += a13 * x3
+                    o1[jj] = v
+                    v = o2[jj]
+                    v += a20 * x0
+                    v += a21 * x1
+                    v += a22 * x2
+                    v += a23 * x3
+                    o2[jj] = v
+                    v = o3[jj]
+                    v += a30 * x0
+                    v += a31 * x1
+                    v += a32 * x2
+                    v += a33 * x3
+                    o3[jj] = v
+                k += 4
+            while k < K:
+                b0 = b[k]
+                a00, a10, a20, a30 = a[i, k], a[i + 1, k], a[i + 2, k], a[i + 3, k]
+                for j in range(n):
+                    jj = uj0 + j
+                    x0 = b0[jj]
+                    o0[jj] += a00 * x0
+                    o1[jj] += a10 * x0
+                    o2[jj] += a20 * x0
+                    o3[jj] += a30 * x0
+                k += 1
+            i += 4
+        while i < i1:  # the last rows, one at a time
+            o0 = out[i]
+            for j in range(n):
+                o0[uj0 + j] = 0.0
+            for k in range(K):
+                b0 = b[k]
+                a0 = a[i, k]
+                for j in range(n):
+                    o0[uj0 + j] += a0 * b0[uj0 + j]
+            i += 1
     restore_fp_mode(fp)
 
 
