@@ -208,38 +208,15 @@ def _dense_row32(inten, s, fr, kmax, sa, sb, ig, il, sg):  # pragma: no cover - 
 
 
 @njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
-def _compact_row32(inten, s, fr, kmax, sa, sb, f, ig, il, sg, fg, kg):  # pragma: no cover
-    # kept components only (sparse spectra: tones), compacted to [_PAD, _PAD + n); levels are
-    # turned into slope factors afterwards, in one vectorised pass over the kept ones
+def _compact_pair32(inten, s, fr, fr2, kmax, sa, sb, f, ig, il, sg, ig2, il2, sg2, fg, kg):  # noqa: E501  # pragma: no cover
+    # the components kept in frame fr or fr2 (a tone's are nearly the same in two consecutive
+    # frames), compacted to [_PAD, _PAD + n) for both frames; a component absent from one
+    # frame has intensity 0 and slope 1 there (a finite term times zero). fr2 == fr: the kept
+    # components of one frame (the second copy unused; one helper compiled instead of two)
     n = 0
     for k in range(kmax):
         v = inten[fr, k]
-        if v > _ZERO_32:
-            ig[_PAD + n] = v
-            il[_PAD + n] = v * _LN2_32
-            sg[_PAD + n] = s[fr, k]
-            fg[_PAD + n] = f[k]
-            kg[n] = k
-            n += 1
-    if sb != 0.0 and n > 0:
-        _levels_to_slopes(sg[_PAD : _PAD + n], sa, sb)
-    smin = _ONE_32
-    smax = _ZERO_32
-    for k in range(_PAD, _PAD + n):
-        smin = min(smin, sg[k])
-        smax = max(smax, sg[k])
-    return n, smin, smax
-
-
-@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
-def _compact_pair32(inten, s, fr, kmax, sa, sb, f, ig, il, sg, ig2, il2, sg2, fg, kg):  # noqa: E501  # pragma: no cover
-    # the components kept in frame fr or fr + 1 (a tone's are nearly the same in both),
-    # compacted to [_PAD, _PAD + n) for both frames; a component absent from one frame has
-    # intensity 0 and slope 1 there (a finite term times zero)
-    n = 0
-    for k in range(kmax):
-        v = inten[fr, k]
-        v2 = inten[fr + 1, k]
+        v2 = inten[fr2, k]
         if v > _ZERO_32 or v2 > _ZERO_32:
             v = max(v, _ZERO_32)
             v2 = max(v2, _ZERO_32)
@@ -248,7 +225,7 @@ def _compact_pair32(inten, s, fr, kmax, sa, sb, f, ig, il, sg, ig2, il2, sg2, fg
             sg[_PAD + n] = s[fr, k]
             ig2[_PAD + n] = v2
             il2[_PAD + n] = v2 * _LN2_32
-            sg2[_PAD + n] = s[fr + 1, k]
+            sg2[_PAD + n] = s[fr2, k]
             fg[_PAD + n] = f[k]
             kg[n] = k
             n += 1
@@ -282,7 +259,7 @@ def _channel_ends(dense, kc, kmax, kg, n, jc):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
-def _lower32(inten, s, sa, sb, p2, q2, f, kc, out):  # pragma: no cover - compiled
+def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # pragma: no cover
     # p2, q2: p and q times log2(e), so y = s (q2 f - p2) = v log2(e). Components are laid
     # out from index PAD of ig/il/sg/fg: all of them below the top channel when nearly all are
     # kept (dense spectra, no compaction), else the kept ones compacted; the leading PAD
@@ -290,7 +267,10 @@ def _lower32(inten, s, sa, sb, p2, q2, f, kc, out):  # pragma: no cover - compil
     # that each channel's sum can start PAD-aligned before its end. Unsigned indices: no
     # wraparound checks, the loop vectorises. The clamp y >= -80 log2(e) is skipped in frames
     # where it cannot act (0 <= s and s max(p2) < 80 log2(e), as y >= -s p2 for the
-    # components below a channel's centre)
+    # components below a channel's centre). Scratch from the caller (allocations here would
+    # compile numpy's allocators into the kernel): wf (8, K + PAD) float32, rows ig, il, sg,
+    # fg, fd (all component frequencies, dense rows) and ig2, il2, sg2 (the second frame of a
+    # pair), zero but sg, sg2 (one) and fd[PAD:] (f); kg (K,), jc (C,) and cnt, dense (N,)
     prefer_wide_vectors()
     n_frames, n_bins = inten.shape
     n_ch = p2.shape[0]
@@ -301,20 +281,8 @@ def _lower32(inten, s, sa, sb, p2, q2, f, kc, out):  # pragma: no cover - compil
         p2max = max(p2max, p2[c])
         kmax = max(kmax, kc[c])
     kmax = min(kmax, n_bins)
-    ig = np.zeros(n_bins + _PAD, np.float32)
-    il = np.zeros(n_bins + _PAD, np.float32)
-    sg = np.ones(n_bins + _PAD, np.float32)
-    fg = np.zeros(n_bins + _PAD, np.float32)
-    fd = np.zeros(n_bins + _PAD, np.float32)  # all component frequencies (dense rows)
-    for k in range(n_bins):
-        fd[_PAD + k] = f[k]
-    kg = np.empty(n_bins, np.int64)
-    ig2 = np.zeros(n_bins + _PAD, np.float32)  # second frame of a pair
-    il2 = np.zeros(n_bins + _PAD, np.float32)
-    sg2 = np.ones(n_bins + _PAD, np.float32)
-    jc = np.empty(n_ch, np.int64)  # components summed per channel
-    dense = np.empty(n_frames, np.bool_)
-    cnt = np.empty(n_frames, np.int64)
+    ig, il, sg, fg, fd, ig2, il2, sg2 = wf[0], wf[1], wf[2], wf[3], wf[4], wf[5], wf[6], wf[7]
+    f = fd[_PAD:]
     for fr in range(n_frames):
         n = 0
         for k in range(kmax):
@@ -347,7 +315,7 @@ def _lower32(inten, s, sa, sb, p2, q2, f, kc, out):  # pragma: no cover - compil
                 ff = fd
             else:
                 n, smin, smax = _compact_pair32(
-                    inten, s, fr, kmax, sa, sb, f, ig, il, sg, ig2, il2, sg2, fg, kg
+                    inten, s, fr, fr + 1, kmax, sa, sb, f, ig, il, sg, ig2, il2, sg2, fg, kg
                 )
                 ff = fg
             clamp = not (smin >= _ZERO_32 and smax * p2max < -_YMIN_32)
@@ -381,7 +349,9 @@ def _lower32(inten, s, sa, sb, p2, q2, f, kc, out):  # pragma: no cover - compil
             n = kmax
             ff = fd
         else:
-            n, smin, smax = _compact_row32(inten, s, fr, kmax, sa, sb, f, ig, il, sg, fg, kg)
+            n, smin, smax = _compact_pair32(
+                inten, s, fr, fr, kmax, sa, sb, f, ig, il, sg, ig2, il2, sg2, fg, kg
+            )
             ff = fg
         clamp = not (smin >= _ZERO_32 and smax * p2max < -_YMIN_32)
         _channel_ends(dense[fr], kc, kmax, kg, n, jc)
@@ -439,8 +409,16 @@ def lower_skirt_numpy(
         if dt == np.float32:
             p2 = (p64 * _LOG2E).astype(dt)
             q2 = (p64 / np.asarray(fc, dtype=np.float64) * _LOG2E).astype(dt)
+            n, k = inten.shape
+            wf = np.zeros((8, k + _PAD), np.float32)
+            wf[2] = wf[7] = 1.0
+            wf[4, _PAD:] = f_dt
+            scratch = np.empty(k + len(p64) + n, np.int64)
+            kg, jc, cnt = scratch[:k], scratch[k : k + len(p64)], scratch[k + len(p64) :]
+            dense = np.empty(n, np.bool_)
             # log10(X) = log10(2) log2(X)
-            _lower32(inten, s, sa, sb * math.log10(2.0), p2, q2, f_dt, kc64, out)
+            sb2 = sb * math.log10(2.0)
+            _lower32(inten, s, sa, sb2, p2, q2, kc64, wf, kg, jc, cnt, dense, out)
         else:
             _lower64(inten, s, sa, sb, p64, q, f_dt, kc64, out)
     return out

@@ -101,34 +101,51 @@ _DB_LOG2 = 10.0 * math.log10(2.0)  # 10 log10(x) = _DB_LOG2 * log2(x)
 
 
 @njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
+def _pow32(x, y, out):  # pragma: no cover - compiled
+    # out = x ** y = exp(y log2(x) ln 2) for positive normal float32 x, float64 y and out,
+    # evaluated in float64 (relative error ~1e-10; vectorised). The one place the tail's
+    # powers are written out: each inline expansion costs compile time at first use
+    prefer_wide_vectors()
+    for i in range(x.shape[0]):
+        out[i] = _exp64(y[i] * _log2_pos32(x[i]) * _LN2)
+
+
+@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
 def _tail32(
-    upper, lower, anyk, g, a, a_alpha, alpha, thr, mask, k, db, empty_db, e_out, n_out
+    upper, lower, anyk, g, a, alpha, thr, mask, k, db, empty_db, e_out, n_out, base, w
 ):  # pragma: no cover - compiled
     prefer_wide_vectors()
-    # float32 rows; branch-free so that the loop over channels vectorises: x**y is
+    # float32 rows; branch-free so that the loops over channels vectorise: x**y is
     # exp(y log2(x) ln 2) and 10 log10(E) is 10 log10(2) log2(E), in float64 (relative error
-    # ~1e-10, well below float32 rounding)
+    # ~1e-10, well below float32 rounding). Scratch: base (C,) float32, w (3, C) float64
     floor, big, c, hi_div, hi_exp = k[0], k[1], np.float64(k[2]), k[3], np.float64(k[4])
     n_rows, n_ch = upper.shape
+    expo, pw, a_alpha_same = w[0], w[1], w[2]
     # a**alpha by the same expression as x**alpha, so that x == a (E far below threshold,
     # g E + a rounding to a) gives exactly 0, not the float32 rounding of a**alpha
-    a_alpha_same = np.empty(n_ch, np.float64)
     for ch in range(n_ch):
-        a_alpha_same[ch] = _exp64(np.float64(alpha[ch]) * _log2_pos32(a[ch]) * _LN2)
+        base[ch] = a[ch]
+        expo[ch] = np.float64(alpha[ch])
+    _pow32(base, expo, a_alpha_same)
     for r in range(n_rows):
         kept = 1.0 if anyk[r] else 0.0
+        # one power per channel: (E / hi_div) ** hi_exp above the high-level limit (and
+        # above threshold), else (g E + a) ** alpha
         for ch in range(n_ch):
             e = max(upper[r, ch] + lower[r, ch], floor)
             e_out[r, ch] = e
-            x = g[ch] * e + a[ch]
-            core = _exp64(np.float64(alpha[ch]) * _log2_pos32(x) * _LN2) - a_alpha_same[ch]
+            high = e > big and e > thr[ch]
+            base[ch] = e / hi_div if high else g[ch] * e + a[ch]
+            expo[ch] = hi_exp if high else np.float64(alpha[ch])
+        _pow32(base, expo, pw)
+        for ch in range(n_ch):
+            e = e_out[r, ch]
+            core = pw[ch] - a_alpha_same[ch]
             ed = np.float64(e)
             td = np.float64(thr[ch])
             t = 2.0 * ed / (ed + td)
             n_lo = c * (t * np.sqrt(t)) * core
-            xh = max(e, big) / hi_div
-            n_hi = c * _exp64(hi_exp * _log2_pos32(xh) * _LN2)
-            val = (n_hi if e > big else c * core) if e > thr[ch] else n_lo
+            val = (c * pw[ch] if e > big else c * core) if e > thr[ch] else n_lo
             n_out[r, ch] = np.float32(val * (np.float64(mask[ch]) * kept))
         # level in dB in a separate pass (a branch in the loop above stops its vectorisation)
         if db and anyk[r]:
@@ -185,8 +202,27 @@ def specific_loudness_tail(
     else:
         raise ValueError(f"unknown high_level {high_level!r}")
     k = np.array([1e-10, 1e10, c, hi_div, hi_exp, 2.0], dtype=upper.dtype)
-    fn = _tail32 if upper.dtype == np.float32 else _tail
-    fn(
+    if upper.dtype == np.float32:
+        n_ch = upper.shape[1]
+        _tail32(
+            upper,
+            lower,
+            any_kept,
+            sl.g,
+            sl.a,
+            sl.alpha,
+            sl.e_thrq,
+            sl.mask,
+            k,
+            empty_db is not None,
+            upper.dtype.type(0.0 if empty_db is None else empty_db),
+            e_out,
+            n_out,
+            np.empty(n_ch, np.float32),
+            np.empty((3, n_ch), np.float64),
+        )
+        return
+    _tail(
         upper,
         lower,
         any_kept,
@@ -205,40 +241,21 @@ def specific_loudness_tail(
 
 
 @njit(cache=True, nogil=True, error_model="numpy", **NO_CFUNC)
-def _kept(rows, bits, prune, floor, rel, ik, anyk, col_kept, col_pruned):  # pragma: no cover
-    # branch-free inner loops (vectorised): kept = v > thr; pruned = v != 0 and not kept.
-    # The row maximum is taken over the bit patterns (``bits``: ``rows`` viewed as integers of
-    # the same width): for non-negative floats the integer order is the float order, and an
-    # integer max reduction vectorises (a float one does not without fast-math: ~20x slower)
+def _kept(rows, thr, ik, anyk, kept_n, pruned_n):  # pragma: no cover - compiled
+    # branch-free inner loops (vectorised): kept = v > thr[r]; pruned = v != 0 and not kept
     prefer_wide_vectors()
     n_rows, n_bins = rows.shape
-    zero = rows.dtype.type(0.0)
-    kept_n = np.zeros(n_bins, np.int32)
-    pruned_n = np.zeros(n_bins, np.int32)
-    scratch = np.empty(1, bits.dtype)
-    scratch_f = scratch.view(rows.dtype)
     for r in range(n_rows):
-        if prune:
-            mb = scratch[0] - scratch[0]
-            for j in range(n_bins):
-                b = bits[r, j]
-                mb = b if b > mb else mb
-            scratch[0] = mb
-            thr = max(floor[0], scratch_f[0]) * rel[0]
-        else:
-            thr = floor[0]
+        t = thr[r]
         found = np.int32(0)
         for j in range(n_bins):
             v = rows[r, j]
-            k = np.int32(v > thr)
-            ik[r, j] = v if k else zero
+            k = np.int32(v > t)
+            ik[r, j] = v if k else v - v
             found += k
             kept_n[j] += k
-            pruned_n[j] += np.int32(v != zero) - k
+            pruned_n[j] += np.int32(v != v - v) - k
         anyk[r] = found > 0
-    for j in range(n_bins):
-        col_kept[j] = kept_n[j] > 0
-        col_pruned[j] = pruned_n[j]
 
 
 @dataclass(frozen=True)
@@ -261,27 +278,22 @@ def kept_components(
     Returns ``(ik, any_kept, col_kept, col_pruned)``: kept intensities ``(N, K)`` (0 where not
     kept), ``(N,)`` bool (row has a kept component), ``(K,)`` bool (component kept in some row)
     and ``(K,)`` int64 (number of rows in which the component is non-zero but not kept).
-    ``rows`` are intensities: non-negative (the row maximum is taken on their bit patterns).
     """
     dt = rows.dtype.type
     rows = np.ascontiguousarray(rows)
-    ik = np.empty_like(rows)
-    anyk = np.empty(rows.shape[0], dtype=np.bool_)
-    col_kept = np.empty(rows.shape[1], dtype=np.bool_)
-    col_pruned = np.empty(rows.shape[1], dtype=np.int64)
     if not isinstance(keep_rule, KeepRule):
         raise TypeError(f"keep_rule must be a KeepRule, got {keep_rule!r}")
-    _kept(
-        rows,
-        rows.view(np.int32 if rows.dtype == np.float32 else np.int64),
-        bool(keep_rule.prune),
-        np.array([keep_rule.threshold], dtype=dt),
-        np.array([1e-6], dtype=dt),
-        ik,
-        anyk,
-        col_kept,
-        col_pruned,
-    )
+    if keep_rule.prune:  # max(max_k I, threshold) * 1e-6 per row, in the dtype of the rows
+        thr = np.maximum(rows.max(axis=1, initial=dt(0.0)), dt(keep_rule.threshold)) * dt(1e-6)
+    else:
+        thr = np.full(rows.shape[0], keep_rule.threshold, dtype=rows.dtype)
+    ik = np.empty_like(rows)
+    anyk = np.empty(rows.shape[0], dtype=np.bool_)
+    kept_n = np.zeros(rows.shape[1], dtype=np.int32)
+    pruned_n = np.zeros(rows.shape[1], dtype=np.int32)
+    _kept(rows, thr, ik, anyk, kept_n, pruned_n)
+    col_kept = kept_n > 0
+    col_pruned = pruned_n.astype(np.int64)
     return ik, anyk, col_kept, col_pruned
 
 
