@@ -94,7 +94,9 @@ def check_number(
         raise _type_error(name, "a real number", value, allow_none)
     v = float(value)
     u = f" {unit}" if unit else ""
-    if math.isnan(v) or (finite and math.isinf(v)):
+    # comparisons, not math.isnan/isinf: under torch.compile a model attribute can arrive
+    # as a symbolic float, which comparisons guard on and math functions cannot trace
+    if v != v or (finite and abs(v) == math.inf):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     lo_bad = min is not None and (v < min if min_inclusive else v <= min)
     hi_bad = max is not None and (v > max if max_inclusive else v >= max)

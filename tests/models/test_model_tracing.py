@@ -90,6 +90,22 @@ def test_compile_fullgraph_equals_eager(name):
         assert float((a - b).abs().max()) <= 1e-11 * float(b.abs().max())
 
 
+def test_models_of_one_class_with_other_constants_compile_in_one_process():
+    # the second compile of the same forward code sees other float constants (limit,
+    # minspl): torch.compile may pass them as symbolic floats, which the argument checks
+    # must take
+    x = 0.02 * torch.randn(1, 1200, dtype=D)
+    for limit in (10.0, 5.0, 0.0):
+        model = lhotse_amt.Dau1997(
+            16000, flow=500.0, fhigh=1000.0, dtype=D, adaptation_kwargs={"limit": limit}
+        )
+        with torch.no_grad():
+            eager = model(x)
+            compiled = torch.compile(model, fullgraph=True, backend="aot_eager")(x)
+        for a, b in zip(compiled, eager):
+            assert float((a - b).abs().max()) <= 1e-11 * float(b.abs().max())
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_compiled_training_gradient_equals_eager(name):
     model = _model(name, learnable=True)
