@@ -196,20 +196,27 @@ class StreamingModel(nn.Module):
             self.__dict__["_band_counts_cache"] = counts
         return counts
 
-    def _eager_cpu_inference(self, x: Tensor) -> bool:
-        """Whether this call is eager CPU inference, where the fused no-grad CPU kernels
-        may run (the one place that decides it). Under autograd, on CUDA and while
+    def _eager_inference(self, x: Tensor, cuda: bool = False) -> bool:
+        """Whether this call is eager inference where the fused no-grad kernels may run (the
+        one place that decides it): on the CPU, or on CUDA with Triton where the caller's
+        fused operator has a CUDA kernel (``cuda``). Under autograd and while
         ``torch.compile``/``torch.export`` trace the model, the stages run as the
         registered operators (:mod:`lhotse_amt.ops`), which have compiled backward
         kernels and fake implementations."""
-        return (
-            x.device.type == "cpu" and not torch.compiler.is_compiling() and not self._needs_grad(x)
-        )
+        if torch.compiler.is_compiling() or self._needs_grad(x):
+            return False
+        if x.device.type == "cpu":
+            return True
+        if cuda and x.device.type == "cuda":
+            from ..ops import fused
 
-    def _fused_inference(self, x: Tensor) -> bool:
-        """Whether the whole fused chain runs: eager CPU inference without
+            return fused.pooled_runs_on(x.device)
+        return False
+
+    def _fused_inference(self, x: Tensor, cuda: bool = False) -> bool:
+        """Whether the whole fused chain runs: :meth:`_eager_inference` without
         ``return_stages``."""
-        return not self.return_stages and self._eager_cpu_inference(x)
+        return not self.return_stages and self._eager_inference(x, cuda)
 
     @staticmethod
     def _itemwise(x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
@@ -233,13 +240,18 @@ class StreamingModel(nn.Module):
         IHC, adaptation loops and modulation filterbank in one pass over the samples,
         written straight into the output (float64 recursions). Returns the per-channel
         outputs ``(B, M_c, T')`` (views of one tensor that holds only the bands each
-        channel has), or ``None`` where the operator does not apply (not on the CPU, or a
-        filter type it does not run)."""
+        channel has), or ``None`` where the operator does not apply (a filter type it does
+        not run). On CUDA the batch runs in one call (the operator's Triton kernel)."""
         from ..ops import fused
 
-        if x.device.type != "cpu" or not fused.casp_supported(self):
+        if not fused.casp_supported(self):
             return None
         plan = self._kernel_plan("casp", fused.casp_plan)
+        if x.device.type != "cpu":
+            u = front(x)
+            out = u.new_empty((x.shape[0], int(plan.n_bands.sum()), u.shape[-1]), dtype=self.dtype)
+            fused.casp_samples(plan, u, out)
+            return list(out.split(plan.n_bands.tolist(), dim=1))
         out = None
         for b in range(x.shape[0]):
             u = front(x[b : b + 1])

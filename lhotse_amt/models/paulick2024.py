@@ -334,15 +334,7 @@ class Paulick2024(DecisionMixin, StreamingModel):
     def _fused_ok(self, x: Tensor) -> bool:
         """The compiled DRNL -> IHC -> adaptation pass (``lhotse_amt::paulick_frontend``)
         applies: eager inference on the CPU, or on CUDA where Triton runs its kernel."""
-        if x.device.type == "cuda":
-            from ..ops.paulick import frontend_runs_on
-
-            return (
-                frontend_runs_on(x.device)
-                and not torch.compiler.is_compiling()
-                and not self._needs_grad(x)
-            )
-        return self._eager_cpu_inference(x)
+        return self._eager_inference(x, cuda=True)
 
     def _adapt_constants(self, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, float, float]:
         ad = self.adaptation

@@ -17,11 +17,11 @@ here, with
 * a fake implementation (shapes only),
 * no gradient: the operators serve inference; under autograd and while
   ``torch.compile``/``torch.export`` trace a model, the models run their stages as the
-  differentiable operators (:mod:`lhotse_amt.ops.recursions`) instead. The operators
-  without a CUDA kernel (``casp_samples_``, ``king_samples_``, ``agc_stream``) are
-  registered for the CPU only: called with CUDA tensors the dispatcher raises
-  ``NotImplementedError`` (the models never do: on CUDA they run their stages as the
-  differentiable operators).
+  differentiable operators (:mod:`lhotse_amt.ops.recursions`) instead. ``casp_samples_``
+  runs on CUDA as the ``casp_pooled`` Triton kernel with one-sample frames; the operators
+  without a CUDA kernel (``king_samples_``, ``agc_stream``) are registered for the CPU
+  only: called with CUDA tensors the dispatcher raises ``NotImplementedError`` (the models
+  never do: on CUDA they run their stages as the differentiable operators).
 
 The pooled operators implement the frame definition of
 :func:`lhotse_amt.functional.framing.frame_mean` inside their sample loop: they return
@@ -273,9 +273,34 @@ def casp_pooled(
     return _casp_pooled(plan, x, state, hop, ends, square)
 
 
-@_cpu_op("casp_samples_(Tensor x, Tensor(a!) out, int plan) -> ()")
+@_cpu_op("casp_samples_(Tensor x, Tensor(a!) out, int plan) -> ()", cuda=True)
 def _casp_samples(x: Tensor, out: Tensor, plan: int) -> None:
-    _casp.casp_samples(_plan(plan), x, out)
+    if x.device.type == "cpu":
+        _casp.casp_samples(_plan(plan), x, out)
+    else:
+        casp_samples_triton(_plan(plan), x, out)
+
+
+def casp_samples_triton(plan: Any, x: Tensor, out: Tensor) -> None:
+    """The CUDA kernel of ``casp_samples_``: the Triton kernel of ``casp_pooled`` with
+    frames of one sample (their sums are the samples), in time blocks that bound its
+    float64 output, copied into the rows of ``out`` (also runs on CPU tensors in Triton's
+    interpreter)."""
+    gpu, B, T = _triton("casp_pooled"), x.shape[0], x.shape[-1]
+    state = gpu.rest_state(plan, B, x.device)
+    rows = torch.as_tensor(
+        [c * plan.M1 + m for c, n in enumerate(plan.n_bands.tolist()) for m in range(int(n))],
+        device=x.device,
+    )
+    for t0 in range(0, T, _SAMPLES_BLOCK):
+        xs = x[:, t0 : t0 + _SAMPLES_BLOCK]
+        n = xs.shape[-1]
+        sums, state = _triton("pooled").pooled(gpu, plan, xs, state, 1, [n] * B, False)
+        out[:, :, t0 : t0 + n] = sums.reshape(B, -1, n)[:, rows]
+
+
+#: samples per call of the CUDA kernel of ``casp_samples_``
+_SAMPLES_BLOCK = 1 << 16
 
 
 @_fake("casp_samples_")
@@ -286,7 +311,8 @@ def _(x: Tensor, out: Tensor, plan: int) -> None:
 def casp_samples(plan: Any, x: Tensor, out: Tensor) -> None:
     """Operator ``lhotse_amt::casp_samples_``: the fused chain on ``x (B, T)`` from rest,
     every band's samples written into ``out (B, R, T)`` (contiguous; the bands of channel
-    0, low-pass first, then those of channel 1, ...)."""
+    0, low-pass first, then those of channel 1, ...). CPU: the fused kernel; CUDA: the
+    Triton kernel of ``casp_pooled`` with one-sample frames."""
     _casp_samples(x, out, plan_handle(plan))
 
 

@@ -47,7 +47,7 @@ from ..kernels.ihc_paulick_grad import IHC_STEP_KEYS
 from .fused import _cpu_op, _fake
 from .rowop import DeviceKernels
 
-__all__ = ["frontend", "frontend_runs_on", "fir", "drnl", "ihc", "ihc_runs_on"]
+__all__ = ["frontend", "fir", "drnl", "ihc", "ihc_runs_on"]
 
 #: the DRNL's state keys, in the order of the operator's state list
 DRNL_STATE_KEYS = ("lin", "nl1", "nl2")
@@ -283,16 +283,6 @@ def ihc(x: Tensor, consts: dict[str, float], state: Tensor) -> tuple[Tensor, Ten
     step constants (:func:`lhotse_amt.functional.ihc_paulick.ihc_step_constants`, floats).
     """
     return _ihc_op(x, [float(consts[k]) for k in IHC_STEP_KEYS], state)
-
-
-def frontend_runs_on(device: torch.device) -> bool:
-    """Whether ``lhotse_amt::paulick_frontend`` has a kernel for ``device``: the CPU, and
-    CUDA where Triton is installed."""
-    if device.type == "cpu":
-        return True
-    from ..kernels.triton_common import HAVE_TRITON
-
-    return device.type == "cuda" and HAVE_TRITON
 
 
 def ihc_runs_on(device: torch.device) -> bool:

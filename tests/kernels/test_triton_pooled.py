@@ -1,6 +1,7 @@
 """The Triton kernels of the fused pooled chains (the CUDA kernels of the operators
-``lhotse_amt::casp_pooled``, ``king_pooled``, ``modulation_pooled`` and ``pool_held``)
-against the CPU operators, in Triton's CPU interpreter: block sums (frame sums) and, by
+``lhotse_amt::casp_pooled``, ``king_pooled``, ``modulation_pooled`` and ``pool_held``, and
+``casp_samples_``, which runs ``casp_pooled``'s with one-sample frames) against the CPU
+operators, in Triton's CPU interpreter: block sums (frame sums) and, by
 streaming a signal in two chunks through the Triton kernel's own state, the states.
 
 Small signals with odd lengths, two items of different lengths (the shorter one ends
@@ -79,6 +80,23 @@ for i, (model, kw, dt, square) in enumerate(CASES):
     m = model(16000, flow=700.0, fhigh=1000.0, dtype=dt, **kw)
     plan = m._kernel_plan("casp", fused.casp_plan)
     check_pooled("casp_pooled", plan, gpu, fused.casp_pooled, dt, square, i == 0)
+print("ok")
+"""
+
+_CASP_SAMPLES = """
+from lhotse_amt.models import Dau1997, Osses2021
+
+fused._SAMPLES_BLOCK = 40  # three time blocks through the kernel's state
+for model, dt in ((Dau1997, torch.float64), (Osses2021, torch.float32)):
+    m = model(16000, flow=700.0, fhigh=1000.0, dtype=dt)
+    plan = m._kernel_plan("casp", fused.casp_plan)
+    x = signal(dt)
+    rows = int(plan.n_bands.sum())
+    ref = torch.full((B, rows, T), float("nan"), dtype=dt)
+    got = torch.full((B, rows, T), float("nan"), dtype=dt)
+    fused.casp_samples(plan, x, ref)
+    fused.casp_samples_triton(plan, x, got)
+    close("casp_samples", got, ref, dt)
 print("ok")
 """
 
@@ -166,7 +184,9 @@ print("ok")
 
 
 @pytest.mark.parametrize(
-    "body", [_CASP, _KING, _MODULATION], ids=["casp_pooled", "king_pooled", "modulation_pooled"]
+    "body",
+    [_CASP, _CASP_SAMPLES, _KING, _MODULATION],
+    ids=["casp_pooled", "casp_samples", "king_pooled", "modulation_pooled"],
 )
 def test_triton_pooled_kernels_match_the_cpu_operators_in_interpreter(body):
     pytest.importorskip("triton")

@@ -1,6 +1,9 @@
-"""A training step of every model on CUDA equals the same step on the CPU: outputs, the
-input gradient and every learnable parameter's gradient, in float64 (the CUDA kernels of
-the operators forward and backward against their CPU kernels, through whole models)."""
+"""Every model on CUDA equals the same model on the CPU: a training step (outputs, the input
+gradient and every learnable parameter's gradient; the operators' CUDA kernels forward and
+backward through whole models) and inference (the fused chains' Triton kernels:
+``casp_samples_`` for Dau1997/Osses2021, ``paulick_frontend`` for Paulick2024), float64 to
+1e-9, float32 inference to float32 resolution (the CPU's float32 kernels take float32
+shortcuts in the limiter)."""
 
 from __future__ import annotations
 
@@ -64,3 +67,27 @@ def test_training_step_on_cuda_matches_cpu(name):
     assert gp_c and gp_g.keys() == gp_c.keys()
     for k in gp_c:
         _close(gp_g[k], gp_c[k], f"gradient of {k}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_inference_on_cuda_matches_cpu(name, dtype):
+    kwargs, shape = CASES[name]
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(*shape, generator=gen, dtype=torch.float64)
+    x = x * (0.02 if name in ("Glasberg2002", "Moore2016") else 0.01)
+    x[..., shape[-1] // 3 :] *= 20
+    x = x.to(dtype)
+    cpu = getattr(lhotse_amt, name)(**kwargs, dtype=dtype)
+    gpu = getattr(lhotse_amt, name)(**kwargs, dtype=dtype).cuda()
+    with torch.inference_mode():
+        out_c, out_g = cpu(x), gpu(x.cuda())
+    out_c = list(out_c) if isinstance(out_c, (list, tuple)) else [out_c]
+    out_g = list(out_g) if isinstance(out_g, (list, tuple)) else [out_g]
+    assert len(out_c) == len(out_g)
+    tol = 1e-9 if dtype == torch.float64 else 1e-4
+    for i, (a, b) in enumerate(zip(out_g, out_c)):
+        assert a.dtype == b.dtype and a.shape == b.shape, (i, a.shape, b.shape)
+        scale = b.double().abs().max().item()
+        err = (a.cpu().double() - b.double()).abs().max().item() / max(scale, 1e-300)
+        assert torch.isfinite(a).all() and err <= tol, (i, err)
