@@ -260,12 +260,12 @@ class King2019(StreamingModel):
     def _fused_modulation(self, x: Tensor) -> Tensor | None:
         """Phase-insensitive modulation filterbank output ``(B, F, M, T)`` of ``x (B, T)``
         by the fused operator (:func:`lhotse_amt.ops.fused.king_samples`:
-        float64 recursions, no sample-rate intermediate but the band-pass inputs);
-        ``None`` where it does not apply (not on the CPU, or the direct-form ``"tf"``
-        band-passes)."""
+        float64 recursions, no sample-rate intermediate but the band-pass inputs; on CUDA
+        the Triton kernel of ``king_pooled``); ``None`` where it does not apply (the
+        direct-form ``"tf"`` band-passes)."""
         from ..ops import fused
 
-        if x.device.type != "cpu" or not fused.chain_supported(self, "king2019"):
+        if not fused.chain_supported(self, "king2019"):
             return None
 
         def make(m64: torch.nn.Module, precise: bool) -> object:
@@ -273,15 +273,19 @@ class King2019(StreamingModel):
             return fused.king_plan(m64, np.ones(M), np.zeros(M, bool), precise)
 
         plan = self._kernel_plan("king2019", make)
-        y = _alloc.empty_tensor((x.shape[0], plan.C, plan.M, x.shape[-1]), self.dtype)
+        shape = (x.shape[0], plan.C, plan.M, x.shape[-1])
+        if x.device.type == "cpu":
+            y = _alloc.empty_tensor(shape, self.dtype)
+        else:
+            y = x.new_empty(shape, dtype=self.dtype)
         fused.king_samples(plan, x, y, self._pi_bands())
         return y
 
     def forward(self, x: Tensor) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         xb, squeeze = self._prepare(x)
-        if self._fused_inference(xb):
-            # inference: on the CPU the fused kernel writes the band outputs straight into
-            # the output, else item by item into one output tensor (peak memory: the
+        if self._fused_inference(xb, cuda=True):
+            # inference: the fused kernel writes the band outputs straight into the output
+            # (CPU, CUDA), else item by item into one output tensor (peak memory: the
             # output plus one item's stages); the phase insensitivity runs in place
             y = self._fused_modulation(xb)
             if y is None:

@@ -18,10 +18,10 @@ here, with
 * no gradient: the operators serve inference; under autograd and while
   ``torch.compile``/``torch.export`` trace a model, the models run their stages as the
   differentiable operators (:mod:`lhotse_amt.ops.recursions`) instead. ``casp_samples_``
-  runs on CUDA as the ``casp_pooled`` Triton kernel with one-sample frames; the operators
-  without a CUDA kernel (``king_samples_``, ``agc_stream``) are registered for the CPU
-  only: called with CUDA tensors the dispatcher raises ``NotImplementedError`` (the models
-  never do: on CUDA they run their stages as the differentiable operators).
+  and ``king_samples_`` run on CUDA as the ``casp_pooled``/``king_pooled`` Triton kernels
+  with one-sample frames; ``agc_stream`` has no CUDA kernel and is registered for the CPU
+  only: called with CUDA tensors the dispatcher raises ``NotImplementedError`` (the
+  loudness extractors stream their AGCs on the host).
 
 The pooled operators implement the frame definition of
 :func:`lhotse_amt.functional.framing.frame_mean` inside their sample loop: they return
@@ -282,24 +282,52 @@ def _casp_samples(x: Tensor, out: Tensor, plan: int) -> None:
 
 
 def casp_samples_triton(plan: Any, x: Tensor, out: Tensor) -> None:
-    """The CUDA kernel of ``casp_samples_``: the Triton kernel of ``casp_pooled`` with
-    frames of one sample (their sums are the samples), in time blocks that bound its
-    float64 output, copied into the rows of ``out`` (also runs on CPU tensors in Triton's
-    interpreter)."""
-    gpu, B, T = _triton("casp_pooled"), x.shape[0], x.shape[-1]
-    state = gpu.rest_state(plan, B, x.device)
+    """The CUDA kernel of ``casp_samples_``: :func:`_samples_by_pooling` with the Triton
+    kernel of ``casp_pooled``, the bands each channel has copied into the rows of ``out``
+    (also runs on CPU tensors in Triton's interpreter)."""
     rows = torch.as_tensor(
         [c * plan.M1 + m for c, n in enumerate(plan.n_bands.tolist()) for m in range(int(n))],
         device=x.device,
     )
+    B = x.shape[0]
+
+    def store(t0: int, sums: Tensor) -> None:
+        out[:, :, t0 : t0 + sums.shape[-1]] = sums.reshape(B, -1, sums.shape[-1])[:, rows]
+
+    _samples_by_pooling("casp_pooled", plan, x, store)
+
+
+def king_samples_triton(plan: Any, x: Tensor, out: Tensor, pi_bands: list[int]) -> None:
+    """The CUDA kernel of ``king_samples_``: :func:`_samples_by_pooling` with the Triton
+    kernel of ``king_pooled`` into ``out (B, C, M, T)``, then the phase insensitivity of
+    the bands ``pi_bands`` (operator ``lhotse_amt::rms_envelope``; also runs on CPU
+    tensors in Triton's interpreter)."""
+
+    def store(t0: int, sums: Tensor) -> None:
+        out[..., t0 : t0 + sums.shape[-1]] = sums
+
+    _samples_by_pooling("king_pooled", plan, x, store)
+    if pi_bands:
+        from .envelope import rms_envelope
+
+        out.copy_(rms_envelope(out, pi_bands))
+
+
+def _samples_by_pooling(name: str, plan: Any, x: Tensor, store: Callable[..., None]) -> None:
+    """Every sample of a fused chain's bands on ``x (B, T)`` from rest: the Triton kernel
+    of the pooled operator ``name`` with frames of one sample (their sums are the
+    samples), in time blocks of :data:`_SAMPLES_BLOCK` that bound its float64 output,
+    each block's ``(B, C, bands, n)`` sums handed to ``store(t0, sums)``."""
+    gpu, B, T = _triton(name), x.shape[0], x.shape[-1]
+    state = gpu.rest_state(plan, B, x.device)
     for t0 in range(0, T, _SAMPLES_BLOCK):
         xs = x[:, t0 : t0 + _SAMPLES_BLOCK]
         n = xs.shape[-1]
         sums, state = _triton("pooled").pooled(gpu, plan, xs, state, 1, [n] * B, False)
-        out[:, :, t0 : t0 + n] = sums.reshape(B, -1, n)[:, rows]
+        store(t0, sums)
 
 
-#: samples per call of the CUDA kernel of ``casp_samples_``
+#: samples per call of the pooled Triton kernels in ``casp_samples_``/``king_samples_``
 _SAMPLES_BLOCK = 1 << 16
 
 
@@ -342,9 +370,12 @@ def king_pooled(
     return _king_pooled(plan, x, state, hop, ends, square)
 
 
-@_cpu_op("king_samples_(Tensor x, Tensor(a!) out, int plan, int[] pi_bands) -> ()")
+@_cpu_op("king_samples_(Tensor x, Tensor(a!) out, int plan, int[] pi_bands) -> ()", cuda=True)
 def _king_samples(x: Tensor, out: Tensor, plan: int, pi_bands: list[int]) -> None:
-    _king.king_samples(_plan(plan), x, out, pi_bands)
+    if x.device.type == "cpu":
+        _king.king_samples(_plan(plan), x, out, pi_bands)
+    else:
+        king_samples_triton(_plan(plan), x, out, pi_bands)
 
 
 @_fake("king_samples_")

@@ -1,6 +1,7 @@
 """The Triton kernels of the fused pooled chains (the CUDA kernels of the operators
 ``lhotse_amt::casp_pooled``, ``king_pooled``, ``modulation_pooled`` and ``pool_held``, and
-``casp_samples_``, which runs ``casp_pooled``'s with one-sample frames) against the CPU
+``casp_samples_``/``king_samples_``, which run ``casp_pooled``'s/``king_pooled``'s with
+one-sample frames) against the CPU
 operators, in Triton's CPU interpreter: block sums (frame sums) and, by
 streaming a signal in two chunks through the Triton kernel's own state, the states.
 
@@ -117,6 +118,25 @@ for i, (kw, envelope, dt, square) in enumerate(CASES):
 print("ok")
 """
 
+_KING_SAMPLES = """
+import numpy as np
+from lhotse_amt.models import King2019
+
+fused._SAMPLES_BLOCK = 40  # three time blocks through the kernel's state
+for kw, dt, pi in (({}, torch.float64, [3, 4]), ({"lp_150hz": True}, torch.float32, [])):
+    m = King2019(16000, flow=700.0, fhigh=1000.0, dtype=dt, **kw)
+    M = int(m.mfc.numel())
+    ones, no = np.ones(M), np.zeros(M, bool)
+    plan = m._kernel_plan("king2019", lambda m64, p: fused.king_plan(m64, ones, no, p))
+    x = signal(dt)
+    ref = torch.full((B, plan.C, plan.M, T), float("nan"), dtype=dt)
+    got = torch.full((B, plan.C, plan.M, T), float("nan"), dtype=dt)
+    fused.king_samples(plan, x, ref, pi)
+    fused.king_samples_triton(plan, x, got, pi)
+    close("king_samples", got, ref, dt)
+print("ok")
+"""
+
 _MODULATION = """
 import numpy as np
 from lhotse_amt.features.frames import FrameAccumulator
@@ -185,8 +205,8 @@ print("ok")
 
 @pytest.mark.parametrize(
     "body",
-    [_CASP, _CASP_SAMPLES, _KING, _MODULATION],
-    ids=["casp_pooled", "casp_samples", "king_pooled", "modulation_pooled"],
+    [_CASP, _CASP_SAMPLES, _KING, _KING_SAMPLES, _MODULATION],
+    ids=["casp_pooled", "casp_samples", "king_pooled", "king_samples", "modulation_pooled"],
 )
 def test_triton_pooled_kernels_match_the_cpu_operators_in_interpreter(body):
     pytest.importorskip("triton")
