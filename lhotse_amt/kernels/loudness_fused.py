@@ -42,7 +42,7 @@ arrays or caller-provided ones.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
@@ -51,16 +51,17 @@ from .fastmath import NO_CFUNC, prefer_wide_vectors
 from .loudness import _LN2, _exp64, _log2_pos32
 from .matmul import matmul
 
+if TYPE_CHECKING:  # the plan types live with their users
+    from ..ops.loudness_fast import KeepRule, TailConstants
+
 __all__ = [
     "binaural_inhibition_apply",
-    "KeepRule",
     "kept_components",
     "power_into",
     "sliding_dft_power",
     "sliding_plan",
     "specific_loudness_tail",
     "subtract_pruned",
-    "TailConstants",
     "windowed_autocorr",
 ]
 
@@ -156,20 +157,6 @@ def _tail32(
                 e_out[r, ch] = empty_db
 
 
-@dataclass(frozen=True)
-class TailConstants:
-    """Per-channel constants of :func:`specific_loudness_tail`, ``(C,)`` arrays in the dtype of
-    the excitation: ``g``, ``a``, ``alpha``, ``e_thrq`` of the specific-loudness law (MGB 1997 /
-    ANSI S3.4-2007), ``a_alpha = a ** alpha`` and ``mask`` (0: ``N' = 0`` in that channel)."""
-
-    g: np.ndarray
-    a: np.ndarray
-    alpha: np.ndarray
-    e_thrq: np.ndarray
-    a_alpha: np.ndarray
-    mask: np.ndarray
-
-
 def specific_loudness_tail(
     upper: np.ndarray,
     lower: np.ndarray,
@@ -202,33 +189,7 @@ def specific_loudness_tail(
     else:
         raise ValueError(f"unknown high_level {high_level!r}")
     k = np.array([1e-10, 1e10, c, hi_div, hi_exp, 2.0], dtype=upper.dtype)
-    if upper.dtype == np.float32:
-        n_ch = upper.shape[1]
-        _tail32(
-            upper,
-            lower,
-            any_kept,
-            sl.g,
-            sl.a,
-            sl.alpha,
-            sl.e_thrq,
-            sl.mask,
-            k,
-            empty_db is not None,
-            upper.dtype.type(0.0 if empty_db is None else empty_db),
-            e_out,
-            n_out,
-            np.empty(n_ch, np.float32),
-            np.empty((3, n_ch), np.float64),
-        )
-        return
-    _tail(
-        upper,
-        lower,
-        any_kept,
-        sl.g,
-        sl.a,
-        sl.a_alpha,
+    rest = (
         sl.alpha,
         sl.e_thrq,
         sl.mask,
@@ -238,6 +199,12 @@ def specific_loudness_tail(
         e_out,
         n_out,
     )
+    if upper.dtype == np.float32:  # a ** alpha recomputed in the kernel, scratch from here
+        n_ch = upper.shape[1]
+        scratch = (np.empty(n_ch, np.float32), np.empty((3, n_ch), np.float64))
+        _tail32(upper, lower, any_kept, sl.g, sl.a, *rest, *scratch)
+    else:
+        _tail(upper, lower, any_kept, sl.g, sl.a, sl.a_alpha, *rest)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", **NO_CFUNC)
@@ -258,16 +225,6 @@ def _kept(rows, thr, ik, anyk, kept_n, pruned_n):  # pragma: no cover - compiled
         anyk[r] = found > 0
 
 
-@dataclass(frozen=True)
-class KeepRule:
-    """Which spectral components enter the excitation stage: with ``prune``, ``I > max(max_k I,
-    threshold) * 1e-6`` (:func:`lhotse_amt.functional.loudness.prune_components`, Cambridge/AMT
-    rule, ``threshold`` 1000); otherwise ``I > threshold``."""
-
-    prune: bool
-    threshold: float
-
-
 def kept_components(
     rows: np.ndarray, keep_rule: KeepRule
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -281,8 +238,6 @@ def kept_components(
     """
     dt = rows.dtype.type
     rows = np.ascontiguousarray(rows)
-    if not isinstance(keep_rule, KeepRule):
-        raise TypeError(f"keep_rule must be a KeepRule, got {keep_rule!r}")
     if keep_rule.prune:  # max(max_k I, threshold) * 1e-6 per row, in the dtype of the rows
         thr = np.maximum(rows.max(axis=1, initial=dt(0.0)), dt(keep_rule.threshold)) * dt(1e-6)
     else:

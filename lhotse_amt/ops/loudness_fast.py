@@ -14,6 +14,8 @@ Results do not depend on ``torch.set_num_threads``: every product is the fixed-o
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -34,7 +36,6 @@ from ..functional.loudness import (
     roex_p,
     window_and_scale,
 )
-from ..kernels.loudness_fused import KeepRule, TailConstants
 
 __all__ = [
     "fast_path_ok",
@@ -46,6 +47,31 @@ __all__ = [
     "KeepRule",
     "TailConstants",
 ]
+
+
+@dataclass(frozen=True)
+class KeepRule:
+    """Which spectral components enter the excitation stage: with ``prune``, ``I > max(max_k I,
+    threshold) * 1e-6`` (:func:`lhotse_amt.functional.loudness.prune_components`, Cambridge/AMT
+    rule, ``threshold`` 1000); otherwise ``I > threshold``."""
+
+    prune: bool
+    threshold: float
+
+
+@dataclass(frozen=True)
+class TailConstants:
+    """Per-channel constants of :func:`lhotse_amt.kernels.loudness_fused.specific_loudness_tail`,
+    ``(C,)`` arrays in the dtype of the excitation: ``g``, ``a``, ``alpha``, ``e_thrq`` of the
+    specific-loudness law (MGB 1997 / ANSI S3.4-2007), ``a_alpha = a ** alpha`` and ``mask``
+    (0: ``N' = 0`` in that channel)."""
+
+    g: np.ndarray
+    a: np.ndarray
+    alpha: np.ndarray
+    e_thrq: np.ndarray
+    a_alpha: np.ndarray
+    mask: np.ndarray
 
 
 def fast_path_ok(x: Tensor, module: torch.nn.Module) -> bool:
@@ -344,7 +370,7 @@ class FastExcitation:
 
         Frames are processed in chunks of ``chunk`` so that every temporary stays in cache:
         :func:`multires_intensity_fast` -> kept components (``keep_rule``, see
-        :class:`lhotse_amt.kernels.loudness_fused.KeepRule`) ->
+        :class:`KeepRule`) ->
         :meth:`level_upper` -> lower skirt (:func:`lhotse_amt.kernels.loudness.
         lower_skirt_numpy`) -> ``E = max(E, 1e-10)`` and ``N'``
         (:func:`lhotse_amt.kernels.loudness_fused.specific_loudness_tail`, same branches as
