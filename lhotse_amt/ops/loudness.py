@@ -10,12 +10,17 @@ Like the recursion operators of :mod:`lhotse_amt.ops.recursions` it has
   adjoint recursion run backwards in time over the saved output (the output *is* the AGC
   state sequence, so nothing is recomputed; see :mod:`lhotse_amt.kernels.agc_grad`).
 
+:func:`agc_nograd` runs the same recursion without gradient through the plain kernels of
+:mod:`lhotse_amt.kernels.agc` (numba on the CPU, Triton on CUDA devices): the eager no-grad
+path of :func:`lhotse_amt.functional.loudness.agc`.
+
 The semantics are those of :func:`lhotse_amt.functional.loudness.agc_reference`
 (Glasberg & Moore 2002, Sec. 2.6; Moore et al. 2016, Eqs. 4–5).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -25,7 +30,7 @@ from torch import Tensor
 from ..kernels import agc_grad
 from .rowop import DeviceKernels
 
-__all__ = ["agc_rows", "agc"]
+__all__ = ["agc_rows", "agc", "agc_device_kernel", "agc_nograd", "agc_triton_available"]
 
 _LIB = "lhotse_amt"
 
@@ -147,3 +152,41 @@ def agc(
         coefs.append(_coef(v, x, inner, name).expand(inner).reshape(B, C).contiguous())
     y = agc_rows(x.reshape(B, T, C).contiguous(), *coefs)
     return y.reshape(x.shape)
+
+
+@functools.lru_cache(maxsize=1)
+def agc_device_kernel() -> bool:
+    """Whether the operator ``lhotse_amt::agc`` has its CUDA (Triton) kernels."""
+    try:
+        from ..kernels import triton_autodiff
+    except Exception:  # triton missing or broken
+        return False
+    return hasattr(triton_autodiff, "agc_forward") and hasattr(triton_autodiff, "agc_backward")
+
+
+def agc_triton_available() -> bool:
+    """Whether the no-grad Triton kernel of :func:`agc_nograd` can run (Triton imports)."""
+    from ..kernels import agc as kagc
+
+    return bool(kagc.HAS_TRITON)
+
+
+def agc_nograd(x: Tensor, attack: float, release: float, dim: int, backend: str) -> Tensor:
+    """The AGC of :func:`agc` without gradient, number coefficients and zero initial state.
+
+    ``backend``: ``"numba"`` (CPU kernel; along the frames of ``(..., F, C)`` vectorised over
+    channels, without transposes) or ``"triton"`` (CUDA kernel). Same values as :func:`agc`.
+    """
+    from ..kernels import agc as kagc
+
+    if backend == "numba" and x.dim() >= 2 and dim % x.dim() == x.dim() - 2:
+        y = kagc.agc_numba_cols(x.reshape(-1, *x.shape[-2:]), attack, release)
+        return y.reshape(x.shape)
+    xt = x.movedim(dim, -1)
+    shape = xt.shape
+    rows = xt.reshape(-1, shape[-1])
+    if backend == "numba":
+        y = kagc.agc_numba(rows, attack, release)
+    else:
+        y = kagc.agc_triton(rows, attack, release)
+    return y.reshape(shape).movedim(-1, dim)

@@ -6,7 +6,6 @@ of Moore, Jervis, Harries & Schlittenlacher in the AMT 1.4 preset).
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -103,8 +102,8 @@ def agc(
     """Attack/release AGC (see :func:`agc_reference`) of ``x`` along ``dim``.
 
     ``backend="auto"``: eager CPU calls without gradient (number coefficients, no
-    ``state``, not traced by ``torch.compile``/``torch.export``) run the numba kernel of
-    :mod:`lhotse_amt.kernels.agc`; everything else runs the registered operator
+    ``state``, not traced by ``torch.compile``/``torch.export``) run the numba kernel
+    (:func:`lhotse_amt.ops.loudness.agc_nograd`); everything else runs the registered operator
     ``lhotse_amt::agc`` (:func:`lhotse_amt.ops.loudness.agc`: compiled CPU kernel, compiled
     backward w.r.t. ``x``, ``attack``, ``release`` and ``state``; same values as the numba
     kernel), except CUDA tensors without a CUDA kernel of the operator, which keep the
@@ -114,7 +113,8 @@ def agc(
     """
     _check_agc_args(x, attack, release, dim, state)
     check_choice("backend", backend, AGC_BACKENDS)
-    from lhotse_amt.kernels import agc as kagc
+    from lhotse_amt.ops.loudness import agc as agc_op
+    from lhotse_amt.ops.loudness import agc_device_kernel, agc_nograd, agc_triton_available
 
     plain = state is None and not torch.is_tensor(attack) and not torch.is_tensor(release)
     if backend == "auto":
@@ -124,45 +124,22 @@ def agc(
         )
         if x.device.type == "cpu":
             backend = "numba" if plain and eager_nograd else "operator"
-        elif _agc_device_kernel():
+        elif agc_device_kernel():
             backend = "operator"
-        elif plain and eager_nograd and x.device.type == "cuda" and kagc.HAS_TRITON:
+        elif plain and eager_nograd and x.device.type == "cuda" and agc_triton_available():
             backend = "triton"
         else:
             backend = "torch"
     if backend in ("torch", "reference"):
         return agc_reference(x, attack, release, dim, state)
     if backend == "operator":
-        from lhotse_amt.ops.loudness import agc as agc_op
-
         return agc_op(x, attack, release, dim, state)
     if not plain:
         raise ValueError(
             f"backend={backend!r} takes number attack/release and no state; use "
             "backend='operator' or 'torch' for tensor coefficients or a state"
         )
-    if backend == "numba" and x.dim() >= 2 and dim % x.dim() == x.dim() - 2:
-        # along frames of (..., F, C): vectorised over channels, no transposes
-        y = kagc.agc_numba_cols(x.reshape(-1, *x.shape[-2:]), attack, release)
-        return y.reshape(x.shape)
-    xt = x.movedim(dim, -1)
-    shape = xt.shape
-    rows = xt.reshape(-1, shape[-1])
-    if backend == "numba":
-        y = kagc.agc_numba(rows, attack, release)
-    else:
-        y = kagc.agc_triton(rows, attack, release)
-    return y.reshape(shape).movedim(-1, dim)
-
-
-@functools.lru_cache(maxsize=1)
-def _agc_device_kernel() -> bool:
-    # whether the operator lhotse_amt::agc has its CUDA (Triton) kernels
-    try:
-        from lhotse_amt.kernels import triton_autodiff
-    except Exception:  # triton missing or broken
-        return False
-    return hasattr(triton_autodiff, "agc_forward") and hasattr(triton_autodiff, "agc_backward")
+    return agc_nograd(x, attack, release, dim, backend)
 
 
 # ----------------------------------------------------------------------------------------------
