@@ -7,8 +7,10 @@ knee amplitude ``K`` and the exponent ``n``, ``y = x`` for ``|x| <= K`` and
 ``backend="reference"`` (six elementwise torch operations forward, more backward); this
 operator gives the same values and gradients with
 
-* one numba pass forward and one backward on the CPU (:mod:`lhotse_amt.kernels.compression`),
-  plain torch on other devices,
+* one compiled pass forward and one backward: numba on the CPU
+  (:mod:`lhotse_amt.kernels.compression`), Triton on CUDA
+  (:mod:`lhotse_amt.kernels.triton_compression`), plain torch on other devices (the
+  choice: :class:`lhotse_amt.ops.rowop.DeviceKernels`),
 * a fake implementation (``torch.compile`` / ``torch.export`` trace through it),
 * an analytic backward (operator ``lhotse_amt::broken_stick_backward``, recomputing
   ``(|x| / K)^n`` from ``x`` instead of saving it): ``dy/dx = n (|x| / K)^(n - 1)`` and
@@ -19,42 +21,53 @@ Reference: A. King, L. Varnet, C. Lorenzi (2019), JASA 145, 2277-2293.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..kernels import compression as _cpu
+from .rowop import DeviceKernels
 
 __all__ = ["broken_stick"]
 
 _LIB = "lhotse_amt"
 
 
-def _forward_torch(x: Tensor, n: Tensor, knee: float) -> Tensor:
+def _forward_torch(x: Tensor, n: float, knee: float) -> Tensor:
     q = x.abs() / knee
     above = q > 1.0
     r = torch.where(above, q, 1.0) ** n
     return torch.where(above, torch.sign(x) * knee * r, x)
 
 
-def _backward_torch(g: Tensor, x: Tensor, n: Tensor, knee: float) -> tuple[Tensor, Tensor]:
+def _backward_torch(g: Tensor, x: Tensor, n: float, knee: float) -> tuple[Tensor, Tensor]:
     q = x.abs() / knee
     above = q > 1.0
     qq = torch.where(above, q, 1.0)
     r = qq**n
     gx = torch.where(above, g * (n * r / qq), g)
     gn = torch.where(above, g * torch.sign(x) * knee * r * torch.log(qq), 0.0)
-    return gx, gn.sum(dtype=torch.float64).to(n.dtype)
+    return gx, gn.sum(dtype=torch.float64)
+
+
+#: the kernels: numba on the CPU, Triton on CUDA, plain torch on other devices
+_KERNELS = DeviceKernels(
+    _cpu,
+    "triton_compression",
+    attr=None,
+    other=SimpleNamespace(
+        broken_stick_forward=_forward_torch, broken_stick_backward=_backward_torch
+    ),
+)
 
 
 @torch.library.custom_op(f"{_LIB}::broken_stick", mutates_args=())
 def broken_stick_op(x: Tensor, exponent: Tensor, knee: float) -> Tensor:
     """``x`` (any shape, real floating), ``exponent`` a 0-d tensor of ``x``'s dtype, the
     knee amplitude ``knee`` -> the compressed ``x`` (same shape and dtype)."""
-    if x.device.type == "cpu":
-        return _cpu.broken_stick_forward(x, float(exponent), knee)
-    return _forward_torch(x, exponent, knee)
+    return _KERNELS.on(x).broken_stick_forward(x, float(exponent), knee)
 
 
 @broken_stick_op.register_fake
@@ -66,10 +79,8 @@ def _(x: Tensor, exponent: Tensor, knee: float) -> Tensor:
 def _broken_stick_backward(
     g: Tensor, x: Tensor, exponent: Tensor, knee: float
 ) -> tuple[Tensor, Tensor]:
-    if x.device.type == "cpu":
-        gx, gn = _cpu.broken_stick_backward(g, x, float(exponent), knee)
-        return gx, torch.tensor(gn, dtype=exponent.dtype)
-    return _backward_torch(g, x, exponent, knee)
+    gx, gn = _KERNELS.on(x).broken_stick_backward(g, x, float(exponent), knee)
+    return gx, torch.as_tensor(gn, dtype=exponent.dtype, device=exponent.device)
 
 
 @_broken_stick_backward.register_fake

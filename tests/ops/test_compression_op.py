@@ -74,8 +74,9 @@ def test_plain_torch_functions_of_other_devices_equal_the_cpu_kernels(dtype):
     g = _signal((4, 800), 5, dtype)
     y = broken_stick_op(x, n, K)
     gx, gn = torch.ops.lhotse_amt.broken_stick_backward(g, x, n, K)
-    yt = _forward_torch(x, n, K)
-    gxt, gnt = _backward_torch(g, x, n, K)
+    yt = _forward_torch(x, float(n), K)
+    gxt, gnt = _backward_torch(g, x, float(n), K)
+    gnt = gnt.to(dtype)
     tol = 1e-13 if dtype == D else 2e-6
     for a, b in ((y, yt), (gx, gxt), (gn, gnt)):
         assert a.dtype == b.dtype
@@ -116,3 +117,18 @@ def test_king2019_gradients_equal_reference_chain(monkeypatch):
         return torch.where(q > 1, torch.sign(v) * knee * q.clamp(min=1) ** exponent, v)
 
     assert_king2019_gradients_match(monkeypatch, "broken_stick", reference, rtol=1e-10)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [D, torch.float32])
+def test_operator_on_cuda_equals_cpu(dtype):
+    x = _signal((4, 3000), 7, dtype)
+    n = torch.tensor(0.3, dtype=dtype)
+    g = _signal((4, 3000), 8, dtype)
+    cpu = _grads(lambda v, e: ops.broken_stick(v, e, K), x, n, g)
+    gpu = _grads(lambda v, e: ops.broken_stick(v, e, K), x.cuda(), n.cuda(), g.cuda())
+    tol = 1e-13 if dtype == D else 2e-6
+    for a, b in zip(gpu, cpu):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert float((a.cpu() - b).abs().max()) <= tol * float(b.abs().max())
