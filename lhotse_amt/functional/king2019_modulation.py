@@ -146,7 +146,7 @@ def tf_filter(
     """Direct-form IIR ``b(z) / a(z)`` along the last axis (``scipy.signal.lfilter``
     semantics, transposed direct form II), coefficients broadcast with ``x.shape[:-1]``.
 
-    ``backend="numba"`` runs the sample recursion (:mod:`lhotse_amt.kernels.tf`);
+    ``backend="numba"`` runs the sample recursion (operator ``lhotse_amt::lfilter``);
     ``"torch"`` the chunked state-space evaluation (differentiable; mathematically equal
     but not bit-identical, which matters for ill-conditioned polynomials).
     """
@@ -164,13 +164,13 @@ def tf_filter(
     be = resolve_backend(backend, x, b, a, zi)
     T = x.shape[-1]
     if be == "numba":
-        from ..kernels import tf
+        from ..ops import filterbanks
 
         xf = x.expand(*lead, T).reshape(-1, T)
         bf = b.expand(*lead, K + 1).reshape(-1, K + 1)
         af = a.expand(*lead, K + 1).reshape(-1, K + 1)
         z0 = None if zi is None else zi.to(dtype).expand(*lead, K).reshape(-1, K)
-        y, zf = tf.lfilter(xf, bf, af, z0)
+        y, zf = filterbanks.lfilter(xf, bf, af, z0)
         y, zf = y.reshape(*lead, T), zf.reshape(*lead, K)
     else:
         A, B, C, D = tf_to_statespace(b, a)
@@ -199,12 +199,12 @@ def king2019_modulation_filterbank(
     check_signal(x, min_samples=1, min_dim=2, max_dim=None, name="x (..., C, T)")
     u = x.unsqueeze(-2)
     if sos is not None and sos.dim() == 3 and resolve_backend(backend, x, sos, state) == "numba":
-        from ..kernels import tf
+        from ..ops import filterbanks
 
         lead, (C, T) = x.shape[:-2], x.shape[-2:]
         M, S = sos.shape[0], sos.shape[1]
         z0 = None if state is None else state.reshape(-1, M, S, 2)
-        y, st = tf.sos_bank(x.reshape(-1, T), sos, z0)
+        y, st = filterbanks.sos_bank(x.reshape(-1, T), sos, z0)
         y = y.reshape(*lead, C, M, T).to(x.device)
         st = st.reshape(*lead, C, M, S, 2).to(x.device)
         return (y, st) if return_state else y
@@ -302,13 +302,13 @@ def phase_insensitivity(
     if inplace:
         if torch.is_grad_enabled() and x.requires_grad:
             raise ValueError("phase_insensitivity(inplace=True) needs no autograd on x")
-        from ..kernels import hilbert as _hilbert  # numba: loaded on first use
+        from ..ops import filterbanks  # compiled kernels: loaded on first use
 
         if _cpu_inplace_ok(x):
-            _hilbert.phase_insensitivity_cpu_(x, sel)
+            filterbanks.phase_insensitivity_(x, sel)
             return x
         T = x.shape[-1]
-        rows_per_block = max(1, _hilbert.BLOCK_SAMPLES // max(T, 1))
+        rows_per_block = max(1, filterbanks.BLOCK_SAMPLES // max(T, 1))
         with torch.no_grad():
             for m in sel:
                 view = x[..., m, :]

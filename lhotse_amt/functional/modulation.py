@@ -374,13 +374,10 @@ def modulation_filterbank(
     state = state or {}
     P = poles.shape[-1]
     if resolve_backend(backend, x, poles, gains) == "numba" and P == 1 and poles.shape[-2] > 1:
-        from ..kernels import modbank, modbank_simd
+        from ..ops import filterbanks
 
-        # the register kernel (8 channels per vector) gives the same bits; LHOTSE_AMT_SIMD=0
-        # keeps the channel-by-channel kernel
-        kernel = modbank_simd if modbank_simd.ENABLED else modbank
         filters = (lp_sos, prefilter_sos, poles[:, 1:, 0], gains[:, 1:, 0], use_abs[:, 1:], scale)
-        out, st = kernel.modulation_bank(x, filters, state)
+        out, st = filterbanks.modulation_bank(x, filters, state)
         return done(out, st)
     u, lp, new_state = _lowpass(x, lp_sos, prefilter_sos, state, backend)
     be = resolve_backend(backend, u, poles, gains)
@@ -388,13 +385,7 @@ def modulation_filterbank(
     if M > 1:
         bp_poles, bp_gains = poles[:, 1:], gains[:, 1:]
         bp_abs, bp_scale, bp_direct = use_abs[:, 1:], scale[:, 1:], direct[:, 1:]
-        if be == "numba" and P == 1:
-            from ..kernels import cpu
-
-            bands, new_state["bp"] = cpu.efilt_bank(
-                u, bp_poles[..., 0], bp_gains[..., 0], bp_abs, bp_scale, state.get("bp")
-            )
-        elif P == 1 and backend not in ("torch", "reference") and counts is not None:
+        if P == 1 and backend not in ("torch", "reference") and counts is not None:
             st = new_state if return_state else None
             lp, bands = _packed_bands(u, lp, poles, gains, use_abs, scale, counts, state, st)
             if channels:

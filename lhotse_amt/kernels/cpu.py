@@ -11,8 +11,6 @@ benchmarks and the Lhotse CLI's single-thread clamp apply to these kernels too.
 
 from __future__ import annotations
 
-import math
-
 import numba
 import numpy as np
 import torch
@@ -399,92 +397,3 @@ def adaptation_loops(
         )
     return torch.from_numpy(y), torch.from_numpy(s)
 
-
-# --------------------------------------------------------------------------------------
-# Bank of complex one-pole resonators with Re / |.| outputs (modulation filterbank)
-# --------------------------------------------------------------------------------------
-
-
-@njit(parallel=True, **_NOPY)
-def _efilt_bank_kernel(x, pr, pi, gr, gi, use_abs, scale, sr, si, y):  # pragma: no cover
-    B, C, T = x.shape
-    M = pr.shape[1]
-    for bc in prange(B * C):
-        fp = denormals_off()
-        b = bc // C
-        c = bc % C
-        for m in range(M):
-            sc = scale[c, m]
-            if sc == 0.0:
-                for n in range(T):
-                    y[b, c, m, n] = 0.0
-                continue
-            ar = pr[c, m]
-            ai = pi[c, m]
-            cr = gr[c, m]
-            ci = gi[c, m]
-            ur = sr[b, c, m]
-            ui = si[b, c, m]
-            if use_abs[c, m]:
-                for n in range(T):
-                    v = x[b, c, n]
-                    nr = ar * ur - ai * ui + v
-                    ui = ar * ui + ai * ur
-                    ur = nr
-                    yr = cr * ur - ci * ui
-                    yi = cr * ui + ci * ur
-                    y[b, c, m, n] = sc * math.sqrt(yr * yr + yi * yi)
-            else:
-                for n in range(T):
-                    v = x[b, c, n]
-                    nr = ar * ur - ai * ui + v
-                    ui = ar * ui + ai * ur
-                    ur = nr
-                    y[b, c, m, n] = sc * (cr * ur - ci * ui)
-            sr[b, c, m] = ur
-            si[b, c, m] = ui
-        restore_fp_mode(fp)
-
-
-def efilt_bank(
-    x: torch.Tensor,
-    pole: torch.Tensor,
-    gain: torch.Tensor,
-    use_abs: torch.Tensor,
-    scale: torch.Tensor,
-    state: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x (..., C, T)``; ``pole``/``gain`` complex ``(C, M)``; ``use_abs``/``scale`` ``(C, M)``;
-    ``state`` complex ``(..., C, M, 1)``. Returns ``y (..., C, M, T)`` and the new state."""
-    _threads()
-    lead = x.shape[:-2]
-    C, T = x.shape[-2], x.shape[-1]
-    M = pole.shape[-1]
-    xn = _np(x.reshape(-1, C, T))
-    dt = xn.dtype
-    Bf = xn.shape[0]
-    if state is None:
-        sr = np.zeros((Bf, C, M), dt)
-        si = np.zeros((Bf, C, M), dt)
-    else:
-        sn = _np(state.reshape(Bf, C, M))
-        sr = np.ascontiguousarray(sn.real.astype(dt))
-        si = np.ascontiguousarray(sn.imag.astype(dt))
-    p = _np(pole)
-    g = _np(gain)
-    y = _alloc.empty((Bf, C, M, T), dt)
-    _efilt_bank_kernel(
-        xn,
-        np.ascontiguousarray(p.real.astype(dt)),
-        np.ascontiguousarray(p.imag.astype(dt)),
-        np.ascontiguousarray(np.real(g).astype(dt)),
-        np.ascontiguousarray(np.imag(g).astype(dt)),
-        _np(use_abs).astype(np.bool_),
-        _np(scale).astype(dt),
-        sr,
-        si,
-        y,
-    )
-    cdt = torch.complex128 if dt == np.float64 else torch.complex64
-    st = torch.complex(torch.from_numpy(sr), torch.from_numpy(si)).to(cdt)
-    return torch.from_numpy(y).reshape(*lead, C, M, T), st.reshape(*lead, C, M, 1)
