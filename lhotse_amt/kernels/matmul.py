@@ -90,30 +90,11 @@ def _matmul_serial(a, b, out):  # pragma: no cover - compiled
                     x1 = b1[jj]
                     x2 = b2[jj]
                     x3 = b3[jj]
-                    v = o0[jj]  # o[jj] += c0 x0 + c1 x1 + c2 x2 + c3 x3, one term after the other
-                    v += a00 * x0
-                    v += a01 * x1
-                    v += a02 * x2
-                    v += a03 * x3
-                    o0[jj] = v
-                    v = o1[jj]
-                    v += a10 * x0
-                    v += a11 * x1
-                    v += a12 * x2
-                    v += a13 * x3
-                    o1[jj] = v
-                    v = o2[jj]
-                    v += a20 * x0
-                    v += a21 * x1
-                    v += a22 * x2
-                    v += a23 * x3
-                    o2[jj] = v
-                    v = o3[jj]
-                    v += a30 * x0
-                    v += a31 * x1
-                    v += a32 * x2
-                    v += a33 * x3
-                    o3[jj] = v
+                    # o[jj] += c0 x0 + c1 x1 + c2 x2 + c3 x3, one term after the other
+                    o0[jj] = (((o0[jj] + a00 * x0) + a01 * x1) + a02 * x2) + a03 * x3
+                    o1[jj] = (((o1[jj] + a10 * x0) + a11 * x1) + a12 * x2) + a13 * x3
+                    o2[jj] = (((o2[jj] + a20 * x0) + a21 * x1) + a22 * x2) + a23 * x3
+                    o3[jj] = (((o3[jj] + a30 * x0) + a31 * x1) + a32 * x2) + a33 * x3
                 k += 4
             while k < K:
                 b0 = b[k]
