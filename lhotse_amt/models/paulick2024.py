@@ -21,10 +21,9 @@ cell -> adaptation loops -> decimation to ``fs / 4`` -> modulation filterbank.
   (``24 R + 1`` taps, beta 8, cut-off ``0.39 fs / R``: flat to 3 kHz, -2.3 dB at 4 kHz and
   at least 80 dB attenuation from ``fs / (2 R)`` up for ``fs`` = 44.1 kHz; group delay
   ``12 R`` input samples) evaluated only at the kept samples ``n = R m``; causal and
-  streaming, so chunked processing equals one-shot processing. For inference (CPU, and
-  CUDA with Triton) the DRNL, IHC, adaptation loops and decimator run as one compiled
-  pass (the operator ``lhotse_amt::paulick_frontend``,
-  :func:`lhotse_amt.ops.paulick.frontend`) that stores
+  streaming, so chunked processing equals one-shot processing. For CPU inference the
+  DRNL, IHC, adaptation loops and decimator run as one compiled pass (the operator
+  ``lhotse_amt::paulick_frontend``, :func:`lhotse_amt.ops.paulick.frontend`) that stores
   only the decimated signal; :meth:`stream` then returns the stages it materialises
   (``outerear``, ``resampled``, ``modulation``), with states interchangeable with the
   stage-wise path's.
@@ -333,8 +332,8 @@ class Paulick2024(DecisionMixin, StreamingModel):
     # ------------------------------------------------------------------ processing
     def _fused_ok(self, x: Tensor) -> bool:
         """The compiled DRNL -> IHC -> adaptation pass (``lhotse_amt::paulick_frontend``)
-        applies: eager inference on the CPU, or on CUDA where Triton runs its kernel."""
-        return self._eager_inference(x, cuda=True)
+        applies: eager inference on the CPU (on CUDA the stages run as the operators)."""
+        return self._eager_inference(x)
 
     def _adapt_constants(self, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, float, float]:
         ad = self.adaptation

@@ -2,9 +2,8 @@
 (``lhotse_amt::``), in the style of :mod:`lhotse_amt.ops.fused`:
 
 * ``lhotse_amt::paulick_frontend``: DRNL filterbank -> inner hair cell -> adaptation loops
-  (-> FIR decimator) in one compiled pass over the samples, storing only the last stage
-  (CPU: :func:`lhotse_amt.kernels.paulick_frontend.frontend`; CUDA: the Triton kernel
-  :func:`lhotse_amt.kernels.triton_paulick_frontend.frontend`);
+  (-> FIR decimator) in one compiled pass over the samples
+  (:func:`lhotse_amt.kernels.paulick_frontend.frontend`), storing only the last stage;
 * ``lhotse_amt::paulick_fir``: the direct-form FIR correlation of the ear filters and the
   decimator (:func:`lhotse_amt.kernels.paulick.fir`: float64 accumulation in a fixed
   order, so chunked and one-shot processing agree bit for bit);
@@ -20,7 +19,7 @@
 Each has a CPU kernel (numba), registered at the dispatcher level (a call costs no
 ``torch.compile`` machinery), and a fake implementation (shapes only); no gradient. They
 serve eager inference of :class:`lhotse_amt.models.paulick2024.Paulick2024` and its stage
-modules; under autograd, on CUDA (but for ``paulick_frontend`` and ``paulick_ihc``) and while
+modules; under autograd, on CUDA (but for ``paulick_ihc``) and while
 ``torch.compile``/``torch.export`` trace the model, its stages run as the differentiable
 operators (:mod:`lhotse_amt.ops.recursions`, :mod:`lhotse_amt.ops.ihc_paulick`,
 :mod:`lhotse_amt.ops.fir`) instead.
@@ -53,17 +52,12 @@ __all__ = ["frontend", "fir", "drnl", "ihc", "ihc_runs_on"]
 DRNL_STATE_KEYS = ("lin", "nl1", "nl2")
 
 
-#: the fused front-end kernels: numba on the CPU, Triton on CUDA
-_FRONTEND = DeviceKernels(_frontend.frontend, "triton_paulick_frontend", attr="frontend")
-
-
 @_cpu_op(
     "paulick_frontend(Tensor x, Tensor g, Tensor lin_sos, Tensor nl1_sos, Tensor nl2_sos, "
     "Tensor a, Tensor b, float c, Tensor[] drnl_state, float[] ihc_consts, Tensor ihc_state, "
     "Tensor adapt_a, Tensor adapt_m, Tensor adapt_state, float minlvl, bool use_limit, "
     "float out_offset, float out_scale, Tensor? dec_weight, int dec_factor, Tensor? dec_hist, "
-    "int dec_t) -> (Tensor, Tensor[], Tensor, Tensor, Tensor)",
-    cuda=True,
+    "int dec_t) -> (Tensor, Tensor[], Tensor, Tensor, Tensor)"
 )
 def _frontend_op(
     x: Tensor, g: Tensor, lin_sos: Tensor, nl1_sos: Tensor, nl2_sos: Tensor, a: Tensor,
@@ -72,7 +66,7 @@ def _frontend_op(
     out_offset: float, out_scale: float, dec_weight: Tensor | None, dec_factor: int,
     dec_hist: Tensor | None, dec_t: int,
 ) -> tuple[Tensor, list[Tensor], Tensor, Tensor, Tensor]:  # fmt: skip
-    y, drnl, w, s, dec = _FRONTEND.on(x)(
+    y, drnl, w, s, dec = _frontend.frontend(
         x, (g, lin_sos, nl1_sos, nl2_sos, a, b, c),
         dict(zip(DRNL_STATE_KEYS, drnl_state)) or None, dict(zip(IHC_STEP_KEYS, ihc_consts)),
         ihc_state, adapt_a, adapt_m, adapt_state, minlvl, use_limit, out_offset, out_scale,
@@ -136,8 +130,8 @@ def frontend(
     dec_state: dict | None = None,
 ) -> tuple[Tensor, dict, Tensor, Tensor, dict | None]:
     """Operator ``lhotse_amt::paulick_frontend``: DRNL -> IHC -> adaptation loops (-> FIR
-    decimator) in one pass over ``x (B, T)`` (CPU and CUDA, no gradient); the arguments
-    and results of :func:`lhotse_amt.kernels.paulick_frontend.frontend`.
+    decimator) in one pass over ``x (B, T)`` (CPU, no gradient); the arguments and results
+    of :func:`lhotse_amt.kernels.paulick_frontend.frontend`.
 
     Args:
         x: ``(B, T)`` stapes velocity (the DRNL input), float32 or float64.
