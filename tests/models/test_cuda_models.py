@@ -85,7 +85,10 @@ def test_inference_on_cuda_matches_cpu(name, dtype):
     out_c = list(out_c) if isinstance(out_c, (list, tuple)) else [out_c]
     out_g = list(out_g) if isinstance(out_g, (list, tuple)) else [out_g]
     assert len(out_c) == len(out_g)
-    tol = 1e-9 if dtype == torch.float64 else 1e-4
+    # float32: the CPU's fused kernels run every recursion in float64; on CUDA Paulick2024's
+    # front end runs as the float32 per-stage operators (the CPU's two paths differ by
+    # 3e-4 there too: float32 rounding in the DRNL's low-frequency sections)
+    tol = 1e-9 if dtype == torch.float64 else 1e-3 if name == "Paulick2024" else 1e-4
     for i, (a, b) in enumerate(zip(out_g, out_c)):
         assert a.dtype == b.dtype and a.shape == b.shape, (i, a.shape, b.shape)
         scale = b.double().abs().max().item()
