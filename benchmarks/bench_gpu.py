@@ -148,31 +148,23 @@ def main() -> None:
             if not args.no_cpu:
                 cell("training", (m, "cpu-8"), training, m, 8, 1, "cpu")
 
-    def fmt(r: dict | None, key: str) -> str:
-        if r is None:
-            return "-"
-        return "error" if "error" in r else f"{r[key]:.0f}"
-
     cols = [f"cuda-{b}" for b in args.batches] + ([] if args.no_cpu else ["cpu-8"])
-    print("\nfeatures, x real time (peak GPU MB at the largest batch)")
-    print("| extractor | " + " | ".join(cols) + " | peak MB |")
-    for name, row in res["features"].items():
-        last = row.get(f"cuda-{args.batches[-1]}") or {}
-        print(
-            f"| {name} | "
-            + " | ".join(fmt(row.get(c), "xrt") for c in cols)
-            + f" | {last.get('peak_mb', float('nan')):.0f} |"
-        )
-    if res["training"]:
-        print("\nforward + backward, x real time (peak GPU MB per s of audio, largest batch)")
-        print("| model | " + " | ".join(cols) + " | MB per s |")
-        for name, row in res["training"].items():
+
+    def table(kind: str, title: str, first: str, peak: str, peak_name: str) -> None:
+        if not res[kind]:
+            return
+        print(f"\n{title}")
+        print(f"| {first} | " + " | ".join(cols) + f" | {peak_name} |")
+        for name, row in res[kind].items():
+            cells = ["-" if row.get(c) is None else "error" if "error" in row[c]
+                     else f"{row[c]['xrt']:.0f}" for c in cols]  # fmt: skip
             last = row.get(f"cuda-{args.batches[-1]}") or {}
-            print(
-                f"| {name} | "
-                + " | ".join(fmt(row.get(c), "xrt") for c in cols)
-                + f" | {last.get('peak_mb_per_s', float('nan')):.0f} |"
-            )
+            print(f"| {name} | " + " | ".join(cells) + f" | {last.get(peak, float('nan')):.0f} |")
+
+    table("features", "features, x real time (peak GPU MB at the largest batch)", "extractor",
+          "peak_mb", "peak MB")  # fmt: skip
+    table("training", "forward + backward, x real time (peak GPU MB per s of audio, largest "
+          "batch)", "model", "peak_mb_per_s", "MB per s")  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
