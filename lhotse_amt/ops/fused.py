@@ -316,19 +316,24 @@ def king_samples_triton(plan: Any, x: Tensor, out: Tensor, pi_bands: list[int]) 
 def _samples_by_pooling(name: str, plan: Any, x: Tensor, store: Callable[..., None]) -> None:
     """Every sample of a fused chain's bands on ``x (B, T)`` from rest: the Triton kernel
     of the pooled operator ``name`` with frames of one sample (their sums are the
-    samples), in time blocks of :data:`_SAMPLES_BLOCK` that bound its float64 output,
-    each block's ``(B, C, bands, n)`` sums handed to ``store(t0, sums)``."""
+    samples), in time blocks that bound its float64 output to :data:`_SAMPLES_BYTES` (at
+    least :data:`_SAMPLES_BLOCK` samples: one launch for signals of a few seconds), each
+    block's ``(B, C, bands, n)`` sums handed to ``store(t0, sums)``."""
     gpu, B, T = _triton(name), x.shape[0], x.shape[-1]
     state = gpu.rest_state(plan, B, x.device)
-    for t0 in range(0, T, _SAMPLES_BLOCK):
-        xs = x[:, t0 : t0 + _SAMPLES_BLOCK]
+    rows = B * plan.C * gpu.bands(plan)
+    step = max(_SAMPLES_BLOCK, _SAMPLES_BYTES // (8 * rows))
+    for t0 in range(0, T, step):
+        xs = x[:, t0 : t0 + step]
         n = xs.shape[-1]
         sums, state = _triton("pooled").pooled(gpu, plan, xs, state, 1, [n] * B, False)
         store(t0, sums)
 
 
-#: samples per call of the pooled Triton kernels in ``casp_samples_``/``king_samples_``
-_SAMPLES_BLOCK = 1 << 16
+#: the fewest samples per call of the pooled Triton kernels in ``casp_samples_`` /
+#: ``king_samples_``, and the size of their float64 block output they otherwise keep to
+_SAMPLES_BLOCK = 1 << 12
+_SAMPLES_BYTES = 1 << 28
 
 
 @_fake("casp_samples_")

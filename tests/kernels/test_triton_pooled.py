@@ -87,7 +87,7 @@ print("ok")
 _CASP_SAMPLES = """
 from lhotse_amt.models import Dau1997, Osses2021
 
-fused._SAMPLES_BLOCK = 40  # three time blocks through the kernel's state
+fused._SAMPLES_BLOCK, fused._SAMPLES_BYTES = 40, 0  # three time blocks through the state
 for model, dt in ((Dau1997, torch.float64), (Osses2021, torch.float32)):
     m = model(16000, flow=700.0, fhigh=1000.0, dtype=dt)
     plan = m._kernel_plan("casp", fused.casp_plan)
@@ -122,7 +122,7 @@ _KING_SAMPLES = """
 import numpy as np
 from lhotse_amt.models import King2019
 
-fused._SAMPLES_BLOCK = 40  # three time blocks through the kernel's state
+fused._SAMPLES_BLOCK, fused._SAMPLES_BYTES = 40, 0  # three time blocks through the state
 for kw, dt, pi in (({}, torch.float64, [3, 4]), ({"lp_150hz": True}, torch.float32, [])):
     m = King2019(16000, flow=700.0, fhigh=1000.0, dtype=dt, **kw)
     M = int(m.mfc.numel())
