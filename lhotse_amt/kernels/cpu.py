@@ -396,4 +396,3 @@ def adaptation_loops(
             y,
         )
     return torch.from_numpy(y), torch.from_numpy(s)
-
