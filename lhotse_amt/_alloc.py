@@ -269,8 +269,13 @@ def empty_like(a: np.ndarray) -> np.ndarray:
 _NUMPY_DTYPES = {v: k for k, v in _TORCH_DTYPES.items()}
 
 
-def empty_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """:func:`empty` as a CPU tensor of ``dtype`` (sharing the array's memory)."""
+def empty_tensor(
+    shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | None = None
+) -> torch.Tensor:
+    """:func:`empty` as a CPU tensor of ``dtype`` (sharing the array's memory); on another
+    ``device`` an uninitialised tensor from PyTorch's allocator."""
+    if device is not None and device.type != "cpu":
+        return torch.empty(shape, dtype=dtype, device=device)
     return torch.from_numpy(empty(shape, _NUMPY_DTYPES[dtype]))
 
 

@@ -81,3 +81,12 @@ def test_bad_environment_limit_is_named(monkeypatch, bad):
     with pytest.raises(ValueError, match="LHOTSE_AMT_HOST_CACHE_MB") as e:
         lhotse_amt.host_cache_limit()
     assert repr(bad) in str(e.value)
+
+
+def test_empty_tensor_on_another_device_comes_from_torch():
+    import torch
+
+    cpu = _alloc.empty_tensor((2, 3), torch.float32, torch.device("cpu"))
+    assert cpu.device.type == "cpu" and cpu.shape == (2, 3) and cpu.dtype == torch.float32
+    meta = _alloc.empty_tensor((2, 3), torch.float64, torch.device("meta"))
+    assert meta.device.type == "meta" and meta.shape == (2, 3) and meta.dtype == torch.float64

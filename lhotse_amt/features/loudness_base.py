@@ -188,10 +188,12 @@ class LoudnessExtractor(LoudnessMixing, AuditoryExtractor):
             # segment frame j' = global frame - lo + _CTX_FRAMES
             sel = slice(_CTX_FRAMES, _CTX_FRAMES + (max(ends.values()) - lo))
             spec_np = spec[:, sel].detach().cpu().numpy().astype(np.float64)
-            inst_np = None if inst is None else inst[:, sel].detach().cpu().numpy()
+            inst_np = (
+                None if inst is None else inst[:, sel].detach().cpu().numpy().astype(np.float64)
+            )
             for i, k in enumerate(items):
                 m = ends[k] - lo
-                ik = None if inst_np is None else inst_np[i, :m].astype(np.float64)
+                ik = None if inst_np is None else inst_np[i, :m]
                 feats = self._stream(spec_np[i, :m], ik, states[k])
                 rows[k].append(_pool(feats, lo, ends[k], a, stop[k], sr, den))
         out = [np.concatenate(r, 0) for r in rows]

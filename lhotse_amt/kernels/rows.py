@@ -48,9 +48,7 @@ def signal_buffer(shape: tuple[int, int], dtype: torch.dtype, device: torch.devi
     pages instead of faulting in fresh ones), elsewhere from PyTorch's allocator. Taken
     for the backward's input gradient only: a cached forward output would stay resident
     from the forward into the backward and raise a step's peak memory."""
-    if device.type == "cpu":
-        return _alloc.empty_tensor(shape, dtype)
-    return torch.empty(shape, dtype=dtype, device=device)
+    return _alloc.empty_tensor(shape, dtype, device)
 
 
 def f64(t: torch.Tensor) -> torch.Tensor:

@@ -249,7 +249,9 @@ class StreamingModel(nn.Module):
         plan = self._kernel_plan("casp", fused.casp_plan)
         if x.device.type != "cpu":
             u = front(x)
-            out = u.new_empty((x.shape[0], int(plan.n_bands.sum()), u.shape[-1]), dtype=self.dtype)
+            out = _alloc.empty_tensor(
+                (x.shape[0], int(plan.n_bands.sum()), u.shape[-1]), self.dtype, u.device
+            )
             fused.casp_samples(plan, u, out)
             return list(out.split(plan.n_bands.tolist(), dim=1))
         out = None

@@ -273,11 +273,7 @@ class King2019(StreamingModel):
             return fused.king_plan(m64, np.ones(M), np.zeros(M, bool), precise)
 
         plan = self._kernel_plan("king2019", make)
-        shape = (x.shape[0], plan.C, plan.M, x.shape[-1])
-        if x.device.type == "cpu":
-            y = _alloc.empty_tensor(shape, self.dtype)
-        else:
-            y = x.new_empty(shape, dtype=self.dtype)
+        y = _alloc.empty_tensor((x.shape[0], plan.C, plan.M, x.shape[-1]), self.dtype, x.device)
         fused.king_samples(plan, x, y, self._pi_bands())
         return y
 
