@@ -21,12 +21,14 @@ import torch
 import triton
 import triton.language as tl
 
+from .ihc_paulick_grad import IHC_STEP_KEYS
+
 __all__ = ["agc", "ihc_paulick"]
 
 
 @triton.jit
 def _ihc_kernel(x_ptr, y_ptr, w_ptr, c_ptr, N, T, BLOCK: tl.constexpr):  # pragma: no cover
-    # c: the step constants in the signal's dtype (IHC_KEYS), as the CPU kernel takes them
+    # c: the step constants (IHC_STEP_KEYS) in the signal's dtype, as on the CPU
     pid = tl.program_id(0)
     rows = pid * BLOCK + tl.arange(0, BLOCK)
     rmask = rows < N
@@ -44,10 +46,6 @@ def _ihc_kernel(x_ptr, y_ptr, w_ptr, c_ptr, N, T, BLOCK: tl.constexpr):  # pragm
     tl.store(w_ptr + rows, W, mask=rmask)
 
 
-#: order of the step constants in the kernel's coefficient vector
-IHC_KEYS = ("scale", "gmax", "x0", "s0", "s1", "zmax", "k", "gkf", "gks", "dep", "dkf", "dks")
-
-
 def ihc_paulick(
     x: torch.Tensor, consts: dict[str, float], state: torch.Tensor, block: int = 64
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,7 +59,9 @@ def ihc_paulick(
     w = state.expand(*lead).reshape(-1).to(xf.dtype).contiguous().clone()
     if T > 0 and N > 0:
         grid = (triton.cdiv(N, block),)
-        c = torch.tensor([float(consts[k]) for k in IHC_KEYS], dtype=xf.dtype, device=xf.device)
+        c = torch.tensor(
+            [float(consts[k]) for k in IHC_STEP_KEYS], dtype=xf.dtype, device=xf.device
+        )
         _ihc_kernel[grid](xf, y, w, c, N, T, block)
     return y.reshape(*lead, T), w.reshape(*lead)
 
