@@ -19,9 +19,8 @@ here, with
   ``torch.compile``/``torch.export`` trace a model, the models run their stages as the
   differentiable operators (:mod:`lhotse_amt.ops.recursions`) instead. ``casp_samples_``
   and ``king_samples_`` run on CUDA as the ``casp_pooled``/``king_pooled`` Triton kernels
-  with one-sample frames; ``agc_stream`` has no CUDA kernel and is registered for the CPU
-  only: called with CUDA tensors the dispatcher raises ``NotImplementedError`` (the
-  loudness extractors stream their AGCs on the host).
+  with one-sample frames; ``agc_stream``'s CUDA kernel is the Triton kernel of the
+  differentiable operator ``lhotse_amt::agc`` with its state carried between calls.
 
 The pooled operators implement the frame definition of
 :func:`lhotse_amt.functional.framing.frame_mean` inside their sample loop: they return
@@ -538,9 +537,28 @@ def pool_held(
 # --------------------------------------------------------------------------------------
 
 
-@_cpu_op("agc_stream(Tensor x, Tensor(a!) state, float attack, float release) -> Tensor")
+@_cpu_op("agc_stream(Tensor x, Tensor(a!) state, float attack, float release) -> Tensor", cuda=True)
 def _agc_stream(x: Tensor, state: Tensor, attack: float, release: float) -> Tensor:
-    return torch.from_numpy(_agc.agc_numba_state(x.numpy(), attack, release, state.numpy()))
+    if x.device.type == "cpu":
+        return torch.from_numpy(_agc.agc_numba_state(x.numpy(), attack, release, state.numpy()))
+    return agc_stream_device(x, state, attack, release)
+
+
+def agc_stream_device(x: Tensor, state: Tensor, attack: float, release: float) -> Tensor:
+    """``agc_stream``'s CUDA kernel: the Triton kernel of the operator ``lhotse_amt::agc``
+    (:mod:`lhotse_amt.kernels.triton_agc`) on ``x (N, T)`` read as ``(N, T, 1)``, from
+    ``state``, which then takes each row's last output. As the CPU kernel, the recursion
+    runs in the wider of the two dtypes, with the coefficients rounded to ``x``'s first.
+    Runs on CPU tensors in Triton's interpreter (``TRITON_INTERPRET=1``)."""
+    from ..kernels.triton_agc import KERNELS
+
+    dt = torch.promote_types(x.dtype, state.dtype)
+    N, T = x.shape
+    coef = [torch.full((N, 1), v, dtype=x.dtype, device=x.device).to(dt) for v in (attack, release)]
+    y = KERNELS.forward(x.to(dt).reshape(N, T, 1), *coef, state.to(dt).reshape(N, 1))
+    if T:
+        state.copy_(y[:, -1, 0])
+    return y.reshape(N, T).to(x.dtype)
 
 
 @_fake("agc_stream")

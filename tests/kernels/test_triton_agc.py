@@ -55,6 +55,37 @@ def test_agc_triton_kernels_match_numba_in_interpreter():
     run_interpreted(_SCRIPT)
 
 
+_STREAM = """
+import numpy as np
+import torch
+from lhotse_amt.ops import fused
+
+torch.manual_seed(1)
+x = torch.rand(3, 300, dtype=torch.float64) ** 3
+for xd, sd in ((torch.float64, torch.float64), (torch.float32, torch.float64),
+               (torch.float32, torch.float32)):
+    xs = x.to(xd)
+    ref_state = (torch.rand(3, dtype=torch.float64) * 0.1).to(sd)
+    st = ref_state.clone()
+    ref = fused.agc_stream(xs.numpy(), 0.045, 0.02, ref_state.numpy())
+    # three blocks (one empty) on the device kernel equal one call on the CPU kernel
+    parts = [fused.agc_stream_device(xs[:, a:b], st, 0.045, 0.02)
+             for a, b in ((0, 120), (120, 120), (120, 300))]
+    got = torch.cat(parts, 1)
+    assert got.dtype == xd and st.dtype == sd
+    assert torch.equal(got, torch.from_numpy(ref)), (str(xd), str(sd))
+    assert torch.equal(st, ref_state), (str(xd), str(sd))
+print("ok")
+"""
+
+
+def test_agc_stream_cuda_kernel_matches_the_cpu_kernel_in_interpreter():
+    # the operator's CUDA kernel (the agc operator's Triton kernel, state carried between
+    # blocks) on CPU tensors in the interpreter: bit for bit the CPU operator, streamed
+    pytest.importorskip("triton")
+    run_interpreted(_STREAM)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
