@@ -79,7 +79,7 @@ from .._validation import (
     check_signal,
     require,
 )
-from .iir import grad_recorded, resolve_backend
+from .iir import resolve_backend
 
 __all__ = [
     "IHC_PAULICK_CONSTANTS",
@@ -251,14 +251,6 @@ def ihc_paulick(
     be = backend
     if be == "auto":
         be = resolve_backend("auto", x, state, *tensors)
-        if (
-            be == "auto"
-            and x.device.type == "cuda"
-            and not torch.compiler.is_compiling()
-            and not grad_recorded(x, state, *tensors)
-            and _no_grad_kernel_on(x.device)
-        ):
-            be = "triton"  # eager CUDA inference: the no-grad operator's Triton kernel
     if be == "auto":
         from ..ops import ihc_paulick_recursion
 
@@ -272,9 +264,3 @@ def ihc_paulick(
         cf = {k: float(v.to(dtype)) for k, v in c64.items()}
         y, w = paulick.ihc(x, cf, state.to(x.dtype))
     return (y, w) if return_state else y
-
-
-def _no_grad_kernel_on(device: torch.device) -> bool:
-    from ..ops import paulick
-
-    return paulick.ihc_runs_on(device)

@@ -34,11 +34,11 @@ Both agree with :mod:`scipy.signal` to about ``1e-12`` relative in float64 (test
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
+from .._dispatch import grad_recorded, no_grad_kernels  # noqa: F401  (TEMP re-export)
 from .._validation import check_signal, require
 
 __all__ = [
@@ -51,12 +51,6 @@ __all__ = [
 ]
 
 _BLOCK = 64
-
-
-def grad_recorded(*tensors: Tensor | None) -> bool:
-    """Whether autograd records an operation on ``tensors`` (grad mode on and one of
-    them requires grad)."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 #: ``backend`` values of the linear filters: the registered operator (the torch
@@ -72,47 +66,20 @@ def _use_operator(backend: str) -> bool:
 
 
 def resolve_backend(backend: str, *tensors: Tensor | None) -> str:
-    """Choose the implementation of a block that also has a fused no-grad CPU kernel.
+    """Choose the implementation of a block that also has a no-grad operator.
 
-    ``backend="auto"`` gives ``"numba"`` (the fused kernel) for eager CPU inference:
-    every tensor on the CPU, no gradient recorded, not traced by ``torch.compile`` /
-    ``torch.export``; otherwise ``"auto"``, the registered operators (compiled CPU/CUDA
-    kernels with compiled backward). ``"torch"`` (the plain-torch reference) and
-    ``"numba"`` are returned as given.
+    ``backend="auto"`` gives ``"numba"`` (the no-grad operator; the dispatcher runs its
+    CPU or CUDA kernel) for eager inference (:func:`lhotse_amt._dispatch.no_grad_kernels`:
+    not traced, no gradient recorded, a device with kernels), otherwise ``"auto"``: the
+    registered differentiable operators (compiled CPU/CUDA kernels with compiled
+    backward). ``"torch"`` (the plain-torch reference) and ``"numba"`` are returned as
+    given.
     """
     if backend not in ("auto", "numba", "torch"):
         raise ValueError(f"Unknown backend {backend!r}; expected 'auto', 'numba' or 'torch'.")
     if backend != "auto":
         return backend
-    ts = [t for t in tensors if t is not None]
-    if torch.compiler.is_compiling() or any(t.device.type != "cpu" for t in ts):
-        return "auto"
-    if grad_recorded(*ts):
-        return "auto"
-    return "numba"
-
-
-def resolve_kernel_backend(
-    backend: str, triton_available: Callable[[], bool], *tensors: Tensor | None
-) -> str:
-    """:func:`resolve_backend` for the recursions that also have a Triton GPU kernel:
-    ``"auto"`` gives ``"torch"`` while autograd records, else ``"numba"`` for CPU
-    tensors and ``"triton"`` for CUDA tensors when ``triton_available()``."""
-    if backend not in ("auto", "numba", "triton", "torch"):
-        raise ValueError(
-            f"Unknown backend {backend!r}; expected 'auto', 'numba', 'triton' or 'torch'."
-        )
-    if backend != "auto":
-        return backend
-    ts = [t for t in tensors if t is not None]
-    if grad_recorded(*ts):
-        return "torch"
-    dev = ts[0].device.type
-    if dev == "cpu":
-        return "numba"
-    if dev == "cuda" and triton_available():
-        return "triton"
-    return "torch"
+    return "numba" if no_grad_kernels(*tensors) else "auto"
 
 
 # --------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import _alloc
+from .._dispatch import grad_recorded, no_grad_kernels
 from .._validation import (
     as_float_tensor,
     check_band,
@@ -21,7 +22,6 @@ from .._validation import (
     check_signal,
     check_str,
 )
-from ..functional.iir import grad_recorded
 
 __all__ = ["PooledState", "StreamingModel", "init_model_settings", "merge_preset"]
 
@@ -196,27 +196,19 @@ class StreamingModel(nn.Module):
             self.__dict__["_band_counts_cache"] = counts
         return counts
 
-    def _eager_inference(self, x: Tensor, cuda: bool = False) -> bool:
-        """Whether this call is eager inference where the fused no-grad kernels may run (the
-        one place that decides it): on the CPU, or on CUDA with Triton where the caller's
-        fused operator has a CUDA kernel (``cuda``). Under autograd and while
+    def _eager_inference(self, x: Tensor) -> bool:
+        """Whether this call is eager inference, where the fused no-grad operators run
+        (:func:`lhotse_amt._dispatch.no_grad_kernels`: on the CPU and on CUDA with
+        Triton; the dispatcher picks the kernel). Under autograd and while
         ``torch.compile``/``torch.export`` trace the model, the stages run as the
-        registered operators (:mod:`lhotse_amt.ops`), which have compiled backward
-        kernels and fake implementations."""
-        if torch.compiler.is_compiling() or self._needs_grad(x):
-            return False
-        if x.device.type == "cpu":
-            return True
-        if cuda and x.device.type == "cuda":
-            from ..ops import fused
+        registered differentiable operators (:mod:`lhotse_amt.ops`), which have compiled
+        backward kernels and fake implementations."""
+        return no_grad_kernels(x, *self.parameters())
 
-            return fused.pooled_runs_on(x.device)
-        return False
-
-    def _fused_inference(self, x: Tensor, cuda: bool = False) -> bool:
+    def _fused_inference(self, x: Tensor) -> bool:
         """Whether the whole fused chain runs: :meth:`_eager_inference` without
         ``return_stages``."""
-        return not self.return_stages and self._eager_inference(x, cuda)
+        return not self.return_stages and self._eager_inference(x)
 
     @staticmethod
     def _itemwise(x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:

@@ -64,7 +64,7 @@ class CASPModel(StreamingModel):
 
     def forward(self, x: Tensor) -> list[Tensor] | tuple[list[Tensor], dict[str, Tensor]]:
         xb, squeeze = self._prepare(x)
-        if self._fused_inference(xb, cuda=True):
+        if self._fused_inference(xb):
             # inference: the fused kernel after the stages of :meth:`_casp_front` (CPU:
             # item by item into one output, peak memory output + one item; CUDA: the batch)
             fused = self._casp_fused(xb, self._casp_front)

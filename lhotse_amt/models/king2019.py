@@ -279,7 +279,7 @@ class King2019(StreamingModel):
 
     def forward(self, x: Tensor) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         xb, squeeze = self._prepare(x)
-        if self._fused_inference(xb, cuda=True):
+        if self._fused_inference(xb):
             # inference: the fused kernel writes the band outputs straight into the output
             # (CPU, CUDA), else item by item into one output tensor (peak memory: the
             # output plus one item's stages); the phase insensitivity runs in place

@@ -150,19 +150,3 @@ def test_auto_backend_choice():
     assert resolve_backend("torch", x) == "torch"  # the reference, as asked
     with pytest.raises(ValueError):
         resolve_backend("fast", x)
-
-
-def test_resolve_kernel_backend():
-    from lhotse_amt.functional.iir import resolve_kernel_backend
-
-    never = lambda: pytest.fail("asked for Triton off CUDA")  # noqa: E731
-    x = torch.zeros(3)
-    assert resolve_kernel_backend("auto", never, x, None) == "numba"
-    assert resolve_kernel_backend("torch", never, x) == "torch"
-    assert resolve_kernel_backend("triton", never, x) == "triton"  # explicit: as asked
-    assert resolve_kernel_backend("auto", never, x, torch.zeros(2, requires_grad=True)) == "torch"
-    with torch.no_grad():
-        assert resolve_kernel_backend("auto", never, torch.zeros(2, requires_grad=True)) == "numba"
-    assert resolve_kernel_backend("auto", never, torch.zeros(2, device="meta")) == "torch"
-    with pytest.raises(ValueError, match="Unknown backend"):
-        resolve_kernel_backend("cuda", never, x)
