@@ -406,57 +406,39 @@ def modulation_pooled_supported(mod: torch.nn.Module) -> bool:
 
 
 @_cpu_op(
-    "modulation_pooled(Tensor x, Tensor lp_sos, Tensor? prefilter_sos, Tensor pole, "
-    "Tensor gain, Tensor use_abs, Tensor scale, Tensor[] state, Tensor starts, Tensor stops, "
-    "Tensor counts, int R, bool rms) -> (Tensor, Tensor[])",
+    "modulation_pooled(Tensor x, Tensor?[] filters, Tensor[] state, Tensor[] frames, int R, "
+    "bool rms) -> (Tensor, Tensor[])",
     cuda=True,
 )
 def _modulation_pooled(
     x: Tensor,
-    lp_sos: Tensor,
-    prefilter_sos: Tensor | None,
-    pole: Tensor,
-    gain: Tensor,
-    use_abs: Tensor,
-    scale: Tensor,
+    filters: list[Tensor | None],
     state: list[Tensor],
-    starts: Tensor,
-    stops: Tensor,
-    counts: Tensor,
+    frames: list[Tensor],
     R: int,
     rms: bool,
 ) -> tuple[Tensor, list[Tensor]]:
+    # filters: lp_sos, prefilter_sos (or None), pole, gain, use_abs, scale; frames:
+    # starts, stops, counts (see modulation_pooled)
     keys = ("lp", "bp", "pre")[: len(state)]
     st = dict(zip(keys, state)) or None
-    filters = (lp_sos, prefilter_sos, pole, gain, use_abs, scale)
     if x.device.type != "cpu":
-        frames = (starts, stops, counts)
-        out, new = _triton("modulation_pooled").modulation_pooled(x, filters, st, frames, R, rms)
+        pooled = _triton("modulation_pooled").modulation_pooled
+        out, new = pooled(x, tuple(filters), st, tuple(frames), R, rms)
     else:
-        f = (starts.numpy(), stops.numpy(), counts.numpy())
-        out_np, new = _modbank.modulation_bank_pooled(x, filters, st, *f, R, rms)
+        f = tuple(t.numpy() for t in frames)
+        out_np, new = _modbank.modulation_bank_pooled(x, tuple(filters), st, *f, R, rms)
         out = torch.from_numpy(out_np)
     return out, [new[k] for k in ("lp", "bp", "pre") if k in new]
 
 
 @_fake("modulation_pooled")
 def _(
-    x: Tensor,
-    lp_sos: Tensor,
-    prefilter_sos: Tensor | None,
-    pole: Tensor,
-    gain: Tensor,
-    use_abs: Tensor,
-    scale: Tensor,
-    state: list[Tensor],
-    starts: Tensor,
-    stops: Tensor,
-    counts: Tensor,
-    R: int,
-    rms: bool,
+    x: Tensor, filters: list[Tensor | None], state: list[Tensor], frames: list[Tensor], *_: Any
 ) -> tuple[Tensor, list[Tensor]]:
+    lp_sos, prefilter_sos, pole = filters[:3]
     lead, C = x.shape[:-2], x.shape[-2]
-    out = x.new_empty((*lead, C, pole.shape[-1] + 1, starts.shape[-1]), dtype=torch.float64)
+    out = x.new_empty((*lead, C, pole.shape[-1] + 1, frames[0].shape[-1]), dtype=torch.float64)
     if state:
         return out, [torch.empty_like(s) for s in state]
     cdt = torch.complex128 if x.dtype == torch.float64 else torch.complex64
@@ -485,13 +467,12 @@ def modulation_pooled(
     held samples ``[starts[b, f], stops[b, f])``. Returns ``(B, C, M + 1, F)`` float64
     and the filterbank's new state (keys ``lp``, ``bp``, ``pre``, as the unfused bank)."""
     st = [] if not state else [state[k] for k in ("lp", "bp", "pre") if k in state]
-    out, new = _modulation_pooled(
-        x, mod.lp_sos, mod.prefilter_sos, mod.poles[:, 1:, 0], mod.gains[:, 1:, 0],
-        mod.use_abs[:, 1:], mod.scale, st,
-        torch.from_numpy(np.ascontiguousarray(starts, np.int64)),
-        torch.from_numpy(np.ascontiguousarray(stops, np.int64)),
-        torch.from_numpy(np.ascontiguousarray(counts, np.int64)), int(R), bool(rms),
-    )  # fmt: skip
+    filters = [
+        mod.lp_sos, mod.prefilter_sos, mod.poles[:, 1:, 0], mod.gains[:, 1:, 0],
+        mod.use_abs[:, 1:], mod.scale,
+    ]  # fmt: skip
+    frames = [torch.from_numpy(np.ascontiguousarray(a, np.int64)) for a in (starts, stops, counts)]
+    out, new = _modulation_pooled(x, filters, st, frames, int(R), bool(rms))
     return out, dict(zip(("lp", "bp", "pre"), new))
 
 
