@@ -11,9 +11,12 @@ resumes too (both also in the ``amt`` group).
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -235,20 +238,38 @@ def _extraction_command(
         click.option("-j", "--num-jobs", type=int, default=num_jobs, help=jobs_help),
     ]
 
-    def decorate(f: Callable) -> Callable:
+    def decorate(f: Callable[..., None]) -> Callable:
+        @functools.wraps(f)
+        def command(**params: Any) -> None:
+            shared = {k: params.pop(k) for k in _Extraction.__dataclass_fields__}
+            f(_Extraction(**shared), **params)
+
         for deco in reversed(shared):
-            f = deco(f)
-        return f
+            command = deco(command)
+        return command
 
     return decorate
 
 
-def _feature_extractor(feature_manifest: str | None) -> FeatureExtractor:
-    """The extractor of a ``--feature-manifest`` YAML (default: Lhotse's Fbank, as in
-    ``lhotse feat``)."""
-    from lhotse import Fbank
+@dataclass(frozen=True)
+class _Extraction:
+    """The arguments every extraction command shares (:func:`_extraction_command`)."""
 
-    return FeatureExtractor.from_yaml(feature_manifest) if feature_manifest else Fbank()
+    cutset: str
+    output_cutset: str
+    storage_path: str
+    feature_manifest: str | None
+    storage_type: str
+    num_jobs: int
+
+    def extractor(self) -> FeatureExtractor:
+        """The extractor of the ``--feature-manifest`` YAML (default: Lhotse's Fbank, as in
+        ``lhotse feat``)."""
+        from lhotse import Fbank
+
+        if self.feature_manifest:
+            return FeatureExtractor.from_yaml(self.feature_manifest)
+        return Fbank()
 
 
 def _extract_cuts_command(group: click.Group, name: str) -> None:
@@ -261,15 +282,7 @@ def _extract_cuts_command(group: click.Group, name: str) -> None:
         help="Start over: delete the interrupted run's progress or the finished OUTPUT_CUTSET "
         "and the feature files that run wrote.",
     )
-    def extract_cuts_cmd(
-        cutset: str,
-        output_cutset: str,
-        storage_path: str,
-        feature_manifest: str | None,
-        storage_type: str,
-        num_jobs: int,
-        overwrite: bool,
-    ) -> None:
+    def extract_cuts_cmd(run: _Extraction, overwrite: bool) -> None:
         """Extract features for the cuts in CUTSET, store them under STORAGE_PATH and write
         OUTPUT_CUTSET. An interrupted run resumes where it stopped (progress is kept in
         OUTPUT_CUTSET.partial.jsonl) if the extractor, storage and cuts are the same (else it
@@ -285,21 +298,21 @@ def _extract_cuts_command(group: click.Group, name: str) -> None:
             extract_cuts,
         )
 
-        if storage_type not in RESUMABLE_STORAGE_TYPES:
+        if run.storage_type not in RESUMABLE_STORAGE_TYPES:
             raise click.BadParameter(
-                f"{storage_type!r} stores all cuts in one archive, which cannot be resumed "
+                f"{run.storage_type!r} stores all cuts in one archive, which cannot be resumed "
                 f"safely; use one of {sorted(RESUMABLE_STORAGE_TYPES)}",
                 param_hint="--storage-type",
             )
-        ex = _feature_extractor(feature_manifest)
+        ex = run.extractor()
         try:
             extract_cuts(
-                CutSet.from_file(cutset),
+                CutSet.from_file(run.cutset),
                 ex,
-                storage_path,
-                output_cutset,
-                num_jobs,
-                storage_type,
+                run.storage_path,
+                run.output_cutset,
+                run.num_jobs,
+                run.storage_type,
                 overwrite=overwrite,
             )
         except (OutputLockedError, ResumeConflictError) as e:
@@ -320,16 +333,7 @@ def _extract_cuts_batch_command(group: click.Group, name: str) -> None:
         default=None,
         help="Run the extractor on this device (e.g. cuda, cuda:1); overrides the config.",
     )
-    def extract_cuts_batch_cmd(
-        cutset: str,
-        output_cutset: str,
-        storage_path: str,
-        feature_manifest: str | None,
-        storage_type: str,
-        num_jobs: int,
-        batch_duration: float,
-        device: str | None,
-    ) -> None:
+    def extract_cuts_batch_cmd(run: _Extraction, batch_duration: float, device: str | None) -> None:
         """Extract features for CUTSET in batches (one forward pass per batch on the
         extractor's device), store them under STORAGE_PATH and write OUTPUT_CUTSET. Re-running
         the same command resumes an interrupted run (cuts already in OUTPUT_CUTSET are
@@ -337,19 +341,19 @@ def _extract_cuts_batch_command(group: click.Group, name: str) -> None:
         from lhotse import CutSet
         from lhotse.features.io import get_writer
 
-        ex = _feature_extractor(feature_manifest)
+        ex = run.extractor()
         if device is not None:
             if not hasattr(ex.config, "device"):
                 raise click.UsageError(f"{ex.name} has no device setting")
             ex.config.device = device
-        Path(output_cutset).parent.mkdir(parents=True, exist_ok=True)
-        CutSet.from_file(cutset).compute_and_store_features_batch(
+        Path(run.output_cutset).parent.mkdir(parents=True, exist_ok=True)
+        CutSet.from_file(run.cutset).compute_and_store_features_batch(
             extractor=ex,
-            storage_path=storage_path,
-            manifest_path=output_cutset,
+            storage_path=run.storage_path,
+            manifest_path=run.output_cutset,
             batch_duration=batch_duration,
-            num_workers=num_jobs,
-            storage_type=get_writer(storage_type),
+            num_workers=run.num_jobs,
+            storage_type=get_writer(run.storage_type),
             overwrite=False,
         )
 
