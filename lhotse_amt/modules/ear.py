@@ -111,7 +111,29 @@ class EarFIRFilter(nn.Module):
         return f"numtaps={self.numtaps}, compensation={self.compensation!r}"
 
 
-class HeadphoneFilter(EarFIRFilter):
+class _DesignedEarFilter(EarFIRFilter):
+    """An :class:`EarFIRFilter` designed for the sampling rate ``fs`` (Hz) with the phase
+    ``phase`` (``"minimum"`` or ``"linear"``), both kept as attributes and shown in its
+    repr."""
+
+    def __init__(
+        self,
+        taps: np.ndarray,
+        fs: float,
+        phase: str,
+        compensation: str,
+        learnable: bool,
+        dtype: torch.dtype,
+    ) -> None:
+        super().__init__(taps, compensation, learnable, dtype)
+        self.fs = float(fs)
+        self.phase = phase
+
+    def extra_repr(self) -> str:
+        return f"fs={self.fs:g}, phase={self.phase!r}, " + super().extra_repr()
+
+
+class HeadphoneFilter(_DesignedEarFilter):
     """Headphone + outer-ear filter, Pralong & Carlile (1996) Fig. 1(e) (AMT
     ``headphonefilter``; 513-tap ``fir2`` design).
 
@@ -119,7 +141,7 @@ class HeadphoneFilter(EarFIRFilter):
         fs: sampling rate (Hz).
         numtaps: filter length (odd).
         phase: ``"minimum"`` (causal, short delay) or ``"linear"`` (AMT; delay 256).
-        compensation: see :class:`EarFIRFilter`.
+        compensation, learnable, dtype: see :class:`EarFIRFilter`.
     """
 
     def __init__(
@@ -131,15 +153,11 @@ class HeadphoneFilter(EarFIRFilter):
         learnable: bool = False,
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        super().__init__(headphone_fir(fs, numtaps, phase), compensation, learnable, dtype)
-        self.fs = float(fs)
-        self.phase = phase
-
-    def extra_repr(self) -> str:
-        return f"fs={self.fs:g}, phase={self.phase!r}, " + super().extra_repr()
+        taps = headphone_fir(fs, numtaps, phase)
+        super().__init__(taps, fs, phase, compensation, learnable, dtype)
 
 
-class MiddleEarFilter(EarFIRFilter):
+class MiddleEarFilter(_DesignedEarFilter):
     """Middle-ear filter from the Lopez-Poveda & Meddis (2001) stapes data (Goode et al.
     1994), normalised to a 0-dB maximum (AMT ``middleearfilter(fs, 'lopezpoveda2001')``
     with the ``osses2021`` gain).
@@ -149,7 +167,7 @@ class MiddleEarFilter(EarFIRFilter):
         numtaps: filter length (odd).
         phase: ``"minimum"`` (AMT) or ``"linear"``.
         normalize: scale to a 0-dB maximum (else m/s per Pa).
-        compensation: see :class:`EarFIRFilter`.
+        compensation, learnable, dtype: as for :class:`HeadphoneFilter`.
     """
 
     def __init__(
@@ -163,10 +181,5 @@ class MiddleEarFilter(EarFIRFilter):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         taps = middle_ear_fir(fs, numtaps, phase, normalize)
-        super().__init__(taps, compensation, learnable, dtype)
-        self.fs = float(fs)
-        self.phase = phase
+        super().__init__(taps, fs, phase, compensation, learnable, dtype)
         self.normalize = normalize
-
-    def extra_repr(self) -> str:
-        return f"fs={self.fs:g}, phase={self.phase!r}, " + super().extra_repr()
