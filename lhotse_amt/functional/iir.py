@@ -38,7 +38,7 @@ import math
 import torch
 from torch import Tensor
 
-from .._dispatch import grad_recorded, no_grad_kernels  # noqa: F401  (TEMP re-export)
+from .._dispatch import no_grad_kernels
 from .._validation import check_signal, require
 
 __all__ = [

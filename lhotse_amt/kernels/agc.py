@@ -12,11 +12,10 @@ Semantics (identical to :func:`lhotse_amt.functional.loudness.agc_reference`), p
   float32 or float64 (computed in the input dtype); :func:`agc_numba_cols` runs the same
   recursion down the columns of ``(N, T, C)`` arrays (frames x channels, vectorised over
   channels).
-* :func:`agc_triton`: Triton GPU kernel (one program per row, sequential over time;
-  :mod:`lhotse_amt.kernels.triton_stagewise`, Triton imported at the first call);
-  ``HAS_TRITON`` tells whether Triton imports. Runs under ``TRITON_INTERPRET=1``.
+* :func:`agc_numba_state`: the rows of ``(N, T)`` from a state, streamed.
 
-Both take ``(N, T)`` tensors and return a new ``(N, T)`` tensor; they do not track gradients.
+They do not track gradients. On CUDA the recursion runs as the Triton kernel of the
+differentiable operator ``lhotse_amt::agc`` (:mod:`lhotse_amt.kernels.triton_agc`).
 """
 
 from __future__ import annotations
@@ -26,10 +25,9 @@ import torch
 from numba import njit
 
 from .. import _alloc
-from . import triton_module
 from .fastmath import NO_CFUNC, denormals_off, prefer_wide_vectors, restore_fp_mode
 
-__all__ = ["agc_numba", "agc_numba_cols", "agc_numba_state", "agc_triton"]
+__all__ = ["agc_numba", "agc_numba_cols", "agc_numba_state"]
 
 
 @njit(cache=True, nogil=True, **NO_CFUNC)
@@ -123,18 +121,3 @@ def agc_numba(x: torch.Tensor, attack: float, release: float) -> torch.Tensor:
     if x.dim() != 2:
         raise ValueError(f"expected (N, T), got {tuple(x.shape)}")
     return _run(_agc_kernel, x, attack, release)
-
-
-def __getattr__(name: str) -> bool:
-    if name == "HAS_TRITON":  # whether Triton imports (it is imported at the first ask)
-        return triton_module() is not None
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def agc_triton(x: torch.Tensor, attack: float, release: float) -> torch.Tensor:
-    """AGC of each row of ``x (N, T)`` with the Triton kernel (CUDA or interpreter)."""
-    if triton_module() is None:
-        raise RuntimeError("triton is not available; use agc_numba or the torch reference")
-    from .triton_stagewise import agc
-
-    return agc(x, attack, release)

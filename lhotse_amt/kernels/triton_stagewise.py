@@ -1,13 +1,9 @@
-"""Triton kernels (CUDA) of two stage-wise no-grad paths, one program per block of rows,
-sequential in time; ``TRITON_INTERPRET=1`` runs them on CPU tensors (tests).
+"""Triton kernel (CUDA) of the stage-wise no-grad Paulick et al. (2024) inner-hair-cell
+membrane recursion of :func:`lhotse_amt.kernels.paulick.ihc` (entry point
+:func:`lhotse_amt.kernels.paulick.ihc_triton`), one program per block of rows, sequential
+in time; ``TRITON_INTERPRET=1`` runs it on CPU tensors (tests).
 
-* :func:`ihc_paulick` - the Paulick et al. (2024) inner-hair-cell membrane recursion of
-  :func:`lhotse_amt.kernels.paulick.ihc` (entry point
-  :func:`lhotse_amt.kernels.paulick.ihc_triton`);
-* :func:`agc` - the attack/release AGC of the loudness models, one row per program
-  (entry point :func:`lhotse_amt.kernels.agc.agc_triton`).
-
-Both recursions run in the signal's dtype, as the CPU kernels do; their coefficients come
+The recursion runs in the signal's dtype, as the CPU kernel does; its coefficients come
 as a small tensor of that dtype (a compiled kernel would take a Python float argument as
 float32 and round the coefficients of a float64 signal).
 
@@ -23,7 +19,7 @@ import triton.language as tl
 
 from .ihc_paulick_grad import IHC_STEP_KEYS
 
-__all__ = ["agc", "ihc_paulick"]
+__all__ = ["ihc_paulick"]
 
 
 @triton.jit
@@ -64,29 +60,3 @@ def ihc_paulick(
         )
         _ihc_kernel[grid](xf, y, w, c, N, T, block)
     return y.reshape(*lead, T), w.reshape(*lead)
-
-
-@triton.jit
-def _agc_kernel(x_ptr, y_ptr, c_ptr, n_t):  # pragma: no cover - compiled
-    # c: (attack, release) in the signal's dtype
-    r = tl.program_id(0)
-    base = r.to(tl.int64) * n_t
-    s = tl.load(x_ptr + base) * 0.0
-    attack, release = tl.load(c_ptr), tl.load(c_ptr + 1)
-    for t in range(n_t):
-        v = tl.load(x_ptr + base + t)
-        a = tl.where(v > s, attack, release)
-        s = s + a * (v - s)
-        tl.store(y_ptr + base + t, s)
-
-
-def agc(x: torch.Tensor, attack: float, release: float) -> torch.Tensor:
-    """AGC of each row of ``x (N, T)`` (a new tensor, no gradient)."""
-    if x.dim() != 2:
-        raise ValueError(f"expected (N, T), got {tuple(x.shape)}")
-    xc = x.detach().contiguous()
-    y = torch.empty_like(xc)
-    if xc.numel() > 0:
-        c = torch.tensor([float(attack), float(release)], dtype=xc.dtype, device=xc.device)
-        _agc_kernel[(xc.shape[0],)](xc, y, c, xc.shape[1])
-    return y

@@ -10,9 +10,9 @@ Like the recursion operators of :mod:`lhotse_amt.ops.recursions` it has
   adjoint recursion run backwards in time over the saved output (the output *is* the AGC
   state sequence, so nothing is recomputed; see :mod:`lhotse_amt.kernels.agc_grad`).
 
-:func:`agc_nograd` runs the same recursion without gradient through the plain kernels of
-:mod:`lhotse_amt.kernels.agc` (numba on the CPU, Triton on CUDA devices): the eager no-grad
-path of :func:`lhotse_amt.functional.loudness.agc`.
+:func:`agc_nograd` runs the same recursion without gradient through the CPU kernel of
+:mod:`lhotse_amt.kernels.agc` (down the frames, vectorised over channels): the eager
+no-grad CPU path of :func:`lhotse_amt.functional.loudness.agc`.
 
 The semantics are those of :func:`lhotse_amt.functional.loudness.agc_reference`
 (Glasberg & Moore 2002, Sec. 2.6; Moore et al. 2016, Eqs. 4–5).
@@ -20,7 +20,6 @@ The semantics are those of :func:`lhotse_amt.functional.loudness.agc_reference`
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -30,7 +29,7 @@ from torch import Tensor
 from ..kernels import agc_grad
 from .rowop import DeviceKernels
 
-__all__ = ["agc_rows", "agc", "agc_device_kernel", "agc_nograd", "agc_triton_available"]
+__all__ = ["agc_rows", "agc", "agc_nograd"]
 
 _LIB = "lhotse_amt"
 
@@ -154,39 +153,16 @@ def agc(
     return y.reshape(x.shape)
 
 
-@functools.lru_cache(maxsize=1)
-def agc_device_kernel() -> bool:
-    """Whether the operator ``lhotse_amt::agc`` has its CUDA (Triton) kernels."""
-    try:
-        from ..kernels import triton_autodiff
-    except Exception:  # triton missing or broken
-        return False
-    return hasattr(triton_autodiff, "agc_forward") and hasattr(triton_autodiff, "agc_backward")
-
-
-def agc_triton_available() -> bool:
-    """Whether the no-grad Triton kernel of :func:`agc_nograd` can run (Triton imports)."""
+def agc_nograd(x: Tensor, attack: float, release: float, dim: int) -> Tensor:
+    """The AGC of :func:`agc` without gradient, number coefficients and zero initial state
+    on the CPU kernel (:mod:`lhotse_amt.kernels.agc`; along the frames of ``(..., F, C)``
+    vectorised over channels, without transposes). Same values as :func:`agc`."""
     from ..kernels import agc as kagc
 
-    return bool(kagc.HAS_TRITON)
-
-
-def agc_nograd(x: Tensor, attack: float, release: float, dim: int, backend: str) -> Tensor:
-    """The AGC of :func:`agc` without gradient, number coefficients and zero initial state.
-
-    ``backend``: ``"numba"`` (CPU kernel; along the frames of ``(..., F, C)`` vectorised over
-    channels, without transposes) or ``"triton"`` (CUDA kernel). Same values as :func:`agc`.
-    """
-    from ..kernels import agc as kagc
-
-    if backend == "numba" and x.dim() >= 2 and dim % x.dim() == x.dim() - 2:
+    if x.dim() >= 2 and dim % x.dim() == x.dim() - 2:
         y = kagc.agc_numba_cols(x.reshape(-1, *x.shape[-2:]), attack, release)
         return y.reshape(x.shape)
     xt = x.movedim(dim, -1)
     shape = xt.shape
-    rows = xt.reshape(-1, shape[-1])
-    if backend == "numba":
-        y = kagc.agc_numba(rows, attack, release)
-    else:
-        y = kagc.agc_triton(rows, attack, release)
+    y = kagc.agc_numba(xt.reshape(-1, shape[-1]), attack, release)
     return y.reshape(shape).movedim(-1, dim)

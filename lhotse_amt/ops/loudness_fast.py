@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..functional.iir import grad_recorded
+from .._dispatch import no_grad_kernels
 from ..functional.loudness import (
     HOP,
     N_BINS,
@@ -77,11 +77,7 @@ class TailConstants:
 def fast_path_ok(x: Tensor, module: torch.nn.Module) -> bool:
     """True if the no-grad CPU kernels may be used for ``module`` on ``x``: eager (not traced by
     ``torch.compile``/``torch.export``), CPU tensors, no gradient recorded."""
-    return (
-        x.device.type == "cpu"
-        and not torch.compiler.is_compiling()
-        and not grad_recorded(x, *module.parameters())
-    )
+    return x.device.type == "cpu" and no_grad_kernels(x, *module.parameters())
 
 
 def fir_filter_full_fast(x: Tensor, h: Tensor) -> Tensor:

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..._dispatch import kernel_device, no_grad_kernels
 from ..._validation import check_choice, check_int, check_number, check_signal, require
-from ..iir import grad_recorded
 
 __all__ = [
     "AGC_BACKENDS",
@@ -102,44 +102,40 @@ def agc(
     """Attack/release AGC (see :func:`agc_reference`) of ``x`` along ``dim``.
 
     ``backend="auto"``: eager CPU calls without gradient (number coefficients, no
-    ``state``, not traced by ``torch.compile``/``torch.export``) run the numba kernel
-    (:func:`lhotse_amt.ops.loudness.agc_nograd`); everything else runs the registered operator
-    ``lhotse_amt::agc`` (:func:`lhotse_amt.ops.loudness.agc`: compiled CPU kernel, compiled
-    backward w.r.t. ``x``, ``attack``, ``release`` and ``state``; same values as the numba
-    kernel), except CUDA tensors without a CUDA kernel of the operator, which keep the
-    Triton no-grad kernel (no gradient) or the reference. ``"operator"`` forces the
-    operator, ``"torch"``/``"reference"`` the plain-torch reference, ``"numba"`` and
-    ``"triton"`` the no-grad kernels (number coefficients, no ``state``, no gradient).
+    ``state``, not traced by ``torch.compile``/``torch.export``;
+    :func:`lhotse_amt._dispatch.no_grad_kernels`) run the numba kernel down the frames
+    (:func:`lhotse_amt.ops.loudness.agc_nograd`); everything else on the CPU or CUDA runs
+    the registered operator ``lhotse_amt::agc`` (:func:`lhotse_amt.ops.loudness.agc`:
+    numba or Triton kernel, compiled backward w.r.t. ``x``, ``attack``, ``release`` and
+    ``state``; same values as the numba kernel), other devices the reference.
+    ``"operator"`` (or ``"triton"``) forces the operator, ``"torch"``/``"reference"`` the
+    plain-torch reference, ``"numba"`` the no-grad CPU kernel (number coefficients, no
+    ``state``, no gradient).
     """
     _check_agc_args(x, attack, release, dim, state)
     check_choice("backend", backend, AGC_BACKENDS)
     from lhotse_amt.ops.loudness import agc as agc_op
-    from lhotse_amt.ops.loudness import agc_device_kernel, agc_nograd, agc_triton_available
+    from lhotse_amt.ops.loudness import agc_nograd
 
     plain = state is None and not torch.is_tensor(attack) and not torch.is_tensor(release)
     if backend == "auto":
-        eager_nograd = not torch.compiler.is_compiling() and not grad_recorded(
-            x,
-            *(v for v in (attack, release, state) if torch.is_tensor(v)),
-        )
-        if x.device.type == "cpu":
-            backend = "numba" if plain and eager_nograd else "operator"
-        elif agc_device_kernel():
+        tensors = [v for v in (attack, release, state) if torch.is_tensor(v)]
+        if plain and x.device.type == "cpu" and no_grad_kernels(x, *tensors):
+            backend = "numba"
+        elif kernel_device(x.device):
             backend = "operator"
-        elif plain and eager_nograd and x.device.type == "cuda" and agc_triton_available():
-            backend = "triton"
         else:
             backend = "torch"
     if backend in ("torch", "reference"):
         return agc_reference(x, attack, release, dim, state)
-    if backend == "operator":
+    if backend in ("operator", "triton"):
         return agc_op(x, attack, release, dim, state)
     if not plain:
         raise ValueError(
             f"backend={backend!r} takes number attack/release and no state; use "
             "backend='operator' or 'torch' for tensor coefficients or a state"
         )
-    return agc_nograd(x, attack, release, dim, backend)
+    return agc_nograd(x, attack, release, dim)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -199,8 +195,7 @@ def binaural_inhibition(
     """
     if (
         s_left.device.type == "cpu"
-        and not torch.compiler.is_compiling()
-        and not grad_recorded(s_left, s_right, *((p,) if torch.is_tensor(p) else ()))
+        and no_grad_kernels(s_left, s_right, *((p,) if torch.is_tensor(p) else ()))
     ):
         from ...ops.loudness_fast import binaural_inhibition_fast
 
