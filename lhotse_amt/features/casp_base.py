@@ -143,10 +143,10 @@ class ConfigModel:
 
 class FusedPooling:
     """The fused pooled path of an extractor (``stage="modulation"``, no gradient, a
-    model whose :meth:`~lhotse_amt.models._base.StreamingModel.pooled_supported`, on a
-    device with a kernel for the pooled operators: the CPU, and CUDA with Triton,
-    :func:`lhotse_amt.ops.fused.pooled_runs_on`): per chunk one call of the model's
-    ``pooled_block_sums``, whose block sums become frames
+    model whose :meth:`~lhotse_amt.models._base.StreamingModel.pooled_supported`, eager
+    inference on a device with kernels: the CPU, and CUDA with Triton,
+    :meth:`~lhotse_amt.models._base.StreamingModel._eager_inference`): per chunk one call
+    of the model's ``pooled_block_sums``, whose block sums become frames
     (:meth:`FrameAccumulator.add_block_sums`)."""
 
     config: Any
@@ -160,12 +160,9 @@ class FusedPooling:
         return False
 
     def _fused_ok(self, model: torch.nn.Module, x: Tensor) -> bool:
-        from ..ops import fused  # compiled kernels: imported on first use
-
         return (
             self.config.stage == "modulation"
-            and not torch.is_grad_enabled()
-            and fused.pooled_runs_on(x.device)
+            and model._eager_inference(x)
             and model.pooled_supported()
         )
 

@@ -134,12 +134,9 @@ class Paulick2024Extractor(CASPExtractor):
         """The modulation filterbank can run fused with the pooling (no gradient, a device
         with the pooled operators' kernels: the CPU, CUDA with Triton; the one-pole
         ``efilt`` bands of the register kernel)."""
-        from ..ops import fused  # compiled kernels: imported on first use
-
         return (
             self.config.stage == "modulation"
-            and not (torch.is_grad_enabled() and x.requires_grad)
-            and fused.pooled_runs_on(x.device)
+            and model._eager_inference(x)
             and model.pooled_modulation_supported()
         )
 

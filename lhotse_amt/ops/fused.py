@@ -12,8 +12,9 @@ here, with
   kernel: one Triton launch that runs the chain and pools inside the kernel, so no
   sample-rate tensor is made on the GPU either (:mod:`lhotse_amt.kernels.triton_casp_pooled`,
   :mod:`~lhotse_amt.kernels.triton_king_pooled`,
-  :mod:`~lhotse_amt.kernels.triton_modulation_pooled`; :func:`pooled_runs_on` says where
-  they run); ``pool_held`` (the held-frame pooling of a decimated signal) has one too,
+  :mod:`~lhotse_amt.kernels.triton_modulation_pooled`; they run where
+  :func:`lhotse_amt._dispatch.kernel_device` says); ``pool_held`` (the held-frame
+  pooling of a decimated signal) has one too,
 * a fake implementation (shapes only),
 * no gradient: the operators serve inference; under autograd and while
   ``torch.compile``/``torch.export`` trace a model, the models run their stages as the
@@ -46,6 +47,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._dispatch import kernel_device
 from ..kernels import agc as _agc
 from ..kernels import casp as _casp
 from ..kernels import king2019 as _king
@@ -67,7 +69,6 @@ __all__ = [
     "modulation_pooled_supported",
     "plan_handle",
     "pool_held",
-    "pooled_runs_on",
 ]
 
 _LIB = "lhotse_amt"
@@ -90,19 +91,6 @@ def _cpu_op(schema: str, cuda: bool = False) -> Any:
         return getattr(getattr(torch.ops, _LIB), name).default
 
     return register
-
-
-def pooled_runs_on(device: torch.device) -> bool:
-    """Whether the pooled operators (``casp_pooled``, ``king_pooled``,
-    ``modulation_pooled``, ``pool_held``) have a kernel for ``device``: the CPU, and CUDA
-    where Triton is installed."""
-    if device.type == "cpu":
-        return True
-    if device.type == "cuda":
-        from ..kernels.triton_common import HAVE_TRITON
-
-        return HAVE_TRITON
-    return False
 
 
 def _triton(name: str) -> Any:
@@ -498,12 +486,12 @@ def pool_held(
     held over ``R`` input samples per sample, rows ``cols`` (``None``: all), frame ``f``
     over input samples ``[starts[f], stops[f])``: :func:`frame_mean` of the held signal
     (``y`` repeated ``R`` times along time), without building it. ``(len(cols), F)`` in
-    the dtype of ``y``. The operator has CPU and CUDA kernels (:func:`pooled_runs_on`);
+    the dtype of ``y``. The operator has CPU and CUDA kernels (:func:`kernel_device`);
     ``y`` on another device is pooled on the CPU and the frames moved back (frame-rate
     data, no sample-rate copy beyond ``y``)."""
     c = np.arange(y.shape[0]) if cols is None else np.asarray(cols, np.int64)
     out = _pool_held(
-        y if pooled_runs_on(y.device) else y.cpu(),
+        y if kernel_device(y.device) else y.cpu(),
         torch.from_numpy(np.ascontiguousarray(c, np.int64)),
         torch.from_numpy(np.ascontiguousarray(starts, np.int64)),
         torch.from_numpy(np.ascontiguousarray(stops, np.int64)),

@@ -75,14 +75,6 @@ def test_pooled_operators_have_cuda_kernels(name, cuda):
     assert torch._C._dispatch_has_kernel_for_dispatch_key(f"lhotse_amt::{name}", "CPU")
 
 
-def test_pooled_operators_run_on_cpu_and_cuda_with_triton():
-    from lhotse_amt.kernels.triton_common import HAVE_TRITON
-
-    assert fused.pooled_runs_on(torch.device("cpu"))
-    assert fused.pooled_runs_on(torch.device("cuda")) == HAVE_TRITON
-    assert not fused.pooled_runs_on(torch.device("meta"))
-
-
 def test_casp_pooled_opcheck_and_fake_shapes(casp_plan):
     x = _x(2, 800)
     _, st = fused.casp_pooled(casp_plan, x[:, :160], None, 160, [160, 160], False)
