@@ -92,14 +92,16 @@ if tc.HAVE_TRITON:
     @triton.jit
     def _res_fwd_kernel(
         x_ptr, xrow_ptr, pole_ptr, gain_ptr, mode_ptr, crow_ptr, z_ptr, y_ptr, ck_ptr, rec_ptr,
-        R, RP, T, K, CK: tl.constexpr, BLOCK: tl.constexpr,
+        R, RP, T, K, KEEP: tl.constexpr, CK: tl.constexpr, BLOCK: tl.constexpr,
     ):  # fmt: skip
-        # z (R, K, 2): zi on entry, zf on exit; ck (R, nb, K, 2); rec (4, CK, RP) scratch
+        # z (R, K, 2): zi on entry, zf on exit; ck (R, nb, K, 2) (KEEP); rec (4, CK, RP)
+        # scratch
         rm, r64, rr64, RV, xr, c, PV, rp = plane_rows(xrow_ptr, crow_ptr, rec_ptr, R, RP, CK, BLOCK)
         pr, pi, gr, gi, ab = _res_coefs(pole_ptr, gain_ptr, mode_ptr, c)
         nb = tl.cdiv(T, CK)
         for b in range(nb):
-            copy_states(z_ptr, ck_ptr, r64, rm, b, nb, 2 * K, True)
+            if KEEP:
+                copy_states(z_ptr, ck_ptr, r64, rm, b, nb, 2 * K, True)
             t0 = b * CK
             n = tl.minimum(CK, T - t0)
             _res_block(x_ptr + xr * T + t0, n, pr, pi, K, z_ptr, r64, rm, rp, RV, PV, False)
@@ -193,11 +195,16 @@ if tc.HAVE_TRITON:
             tl.store(gg_ptr + r64 * 2 + 1, ggi, mask=rm)
 
 
-def _fwd(x, xrow, pole, gain, mode, crow, zi, y, zf, ck, block: int = tc.BLOCK_ROWS) -> None:
+def _fwd(
+    x, xrow, pole, gain, mode, crow, zi, y, zf, ck, block: int = tc.BLOCK_ROWS,
+    fusion: bool | None = None,
+) -> None:  # fmt: skip
+    # fusion=False: no fused multiply-adds (the values of the CPU kernel); None: Triton's default
     R, T = y.shape
     _res_fwd_kernel[tc.grid(R, block)](
         x, xrow, pole, gain, tc.i32(mode), crow, zf, y, ck, tc.scratch(4, CK, R, block, x.device),
-        R, tc.padded(R, block), T, zi.shape[1], CK=CK, BLOCK=block, num_warps=1,
+        R, tc.padded(R, block), T, zi.shape[1], KEEP=ck.shape[1] > 0, CK=CK, BLOCK=block,
+        num_warps=1, enable_fp_fusion=fusion,
     )  # fmt: skip
 
 
@@ -216,7 +223,8 @@ def _bwd(
 
 KERNELS = RowKernels(_fwd, _bwd, tc.require)
 #: Triton version of :data:`lhotse_amt.kernels.resonator_grad.resonator_forward` (same
-#: arguments and results; option ``block``: rows per program)
+#: arguments and results; options ``block``: rows per program, ``fusion=False``: no fused
+#: multiply-adds)
 resonator_forward = KERNELS.forward
 #: Triton version of :data:`lhotse_amt.kernels.resonator_grad.resonator_backward`
 resonator_backward = KERNELS.backward

@@ -70,16 +70,17 @@ if tc.HAVE_TRITON:
     @triton.jit
     def _sos_fwd_kernel(
         x_ptr, xrow_ptr, sos_ptr, crow_ptr, z_ptr, y_ptr, ck_ptr, w_ptr, R, RP, T, S,
-        CK: tl.constexpr, BLOCK: tl.constexpr,
+        KEEP: tl.constexpr, CK: tl.constexpr, BLOCK: tl.constexpr,
     ):  # fmt: skip
-        # z (R, S, 2): zi on entry, zf on exit; ck (R, nb, S, 2); w (2, CK, RP) scratch
+        # z (R, S, 2): zi on entry, zf on exit; ck (R, nb, S, 2) (KEEP); w (2, CK, RP) scratch
         rm, r64, rr64, RV, xr, c = row_block(xrow_ptr, crow_ptr, R, RP, BLOCK)
         wp = w_ptr + r64
         nb = tl.cdiv(T, CK)
         for b in range(nb):
             t0 = b * CK
             n = tl.minimum(CK, T - t0)
-            copy_states(z_ptr, ck_ptr, r64, rm, b, nb, 2 * S, True)
+            if KEEP:
+                copy_states(z_ptr, ck_ptr, r64, rm, b, nb, 2 * S, True)
             _sos_block(x_ptr + xr * T + t0, n, sos_ptr, c, S, z_ptr, r64, rm, wp, RV, 2, CK)
             store_plane(wp + (S % 2) * (RV * CK), y_ptr + r64 * T + t0, n, RV, rm)
             tl.debug_barrier()
@@ -144,11 +145,15 @@ if tc.HAVE_TRITON:
             tl.debug_barrier()
 
 
-def _fwd(x, xrow, sos, crow, zi, y, zf, ck, block: int = tc.BLOCK_ROWS) -> None:
+def _fwd(
+    x, xrow, sos, crow, zi, y, zf, ck, block: int = tc.BLOCK_ROWS, fusion: bool | None = None
+) -> None:
+    # fusion=False: no fused multiply-adds (the values of the CPU kernel); None: Triton's default
     R, T = y.shape
     _sos_fwd_kernel[tc.grid(R, block)](
         x, xrow, sos, crow, zf, y, ck, tc.scratch(2, CK, R, block, x.device), R,
-        tc.padded(R, block), T, sos.shape[1], CK=CK, BLOCK=block, num_warps=1,
+        tc.padded(R, block), T, sos.shape[1], KEEP=ck.shape[1] > 0, CK=CK, BLOCK=block,
+        num_warps=1, enable_fp_fusion=fusion,
     )  # fmt: skip
 
 
@@ -167,7 +172,7 @@ def _bwd(
 
 KERNELS = RowKernels(_fwd, _bwd, tc.require)
 #: Triton version of :data:`lhotse_amt.kernels.sos_grad.sos_forward` (same arguments and
-#: results; option ``block``: rows per program)
+#: results; options ``block``: rows per program, ``fusion=False``: no fused multiply-adds)
 sos_forward = KERNELS.forward
 #: Triton version of :data:`lhotse_amt.kernels.sos_grad.sos_backward`
 sos_backward = KERNELS.backward
