@@ -1,26 +1,34 @@
-"""No-grad CPU filterbank operators (``lhotse_amt::``): the ``"numba"`` backends of the
-functional filterbanks, registered like the fused chains of :mod:`lhotse_amt.ops.fused`
-(a CPU kernel at the dispatcher level, a fake implementation with the output shapes, no
-gradient). On other devices, under autograd and while ``torch.compile``/``torch.export``
-trace a model, the functionals run the differentiable operators instead
-(:mod:`lhotse_amt.ops.recursions`); these serve eager CPU inference.
+"""No-grad filterbank operators (``lhotse_amt::``), a CPU and a CUDA kernel each: the
+``"numba"`` backends of the functional filterbanks, registered like the fused chains of
+:mod:`lhotse_amt.ops.fused` (at the dispatcher level, a fake implementation with the
+output shapes, no gradient). The dispatcher picks the kernel by device
+(:class:`lhotse_amt.ops.rowop.DeviceKernels`): numba on the CPU, on CUDA the functions of
+:mod:`lhotse_amt.kernels.triton_filterbanks` (Triton kernels and torch on the device, same
+results, shapes, dtypes and state layouts; a stream's state may move between the devices).
+Under autograd and while ``torch.compile``/``torch.export`` trace a model, the functionals
+run the differentiable operators instead (:mod:`lhotse_amt.ops.recursions`).
 
 * ``lhotse_amt::modulation_bank``: the ``efilt`` modulation filterbank (pre-filter and
   low-pass sections, one-pole complex band-passes, Re or ``|.|``, scale per band) of
-  :func:`lhotse_amt.functional.modulation.modulation_filterbank` in one compiled pass
+  :func:`lhotse_amt.functional.modulation.modulation_filterbank`; CPU: one compiled pass
   (:mod:`lhotse_amt.kernels.modbank_simd`, 8 channels per vector register; the
   channel-by-channel :mod:`lhotse_amt.kernels.modbank` where the register kernels are
-  switched off, :data:`lhotse_amt.kernels.SIMD`);
+  switched off, :data:`lhotse_amt.kernels.SIMD`); CUDA: the second-order-section and
+  resonator kernels of the recursion operators;
 * ``lhotse_amt::lfilter``: direct-form IIR filters row by row
   (:func:`lhotse_amt.kernels.tf.lfilter`: ``scipy.signal.lfilter`` semantics, transposed
-  direct form II), King2019's transfer-function band-passes;
+  direct form II, the recursion in ``x``'s dtype), King2019's transfer-function
+  band-passes;
 * ``lhotse_amt::sos_bank``: a bank of second-order-section filters sharing one input
   (:func:`lhotse_amt.kernels.tf.sos_bank`, float64 recursions), King2019's band-passes;
 * ``lhotse_amt::phase_insensitivity_``: the rms-matched Hilbert envelopes of selected
-  bands, in place (:func:`lhotse_amt.kernels.hilbert.phase_insensitivity_cpu_`).
+  bands, in place (:func:`lhotse_amt.kernels.hilbert.phase_insensitivity_cpu_`; CUDA:
+  torch's FFT on the device over the same blocks of rows).
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import torch
 from torch import Tensor
@@ -30,6 +38,7 @@ from ..kernels import modbank as _modbank
 from ..kernels import modbank_simd as _modbank_simd
 from ..kernels import tf as _tf
 from .fused import _cpu_op, _fake
+from .rowop import DeviceKernels
 
 __all__ = ["lfilter", "modulation_bank", "phase_insensitivity_", "sos_bank", "BLOCK_SAMPLES"]
 
@@ -40,18 +49,37 @@ BLOCK_SAMPLES = _hilbert.BLOCK_SAMPLES
 _BANK_KEYS = ("pre", "lp", "bp")
 
 
+def _cpu_modulation_bank(x: Tensor, filters: tuple, state: dict) -> tuple[Tensor, dict]:
+    kernel = _modbank_simd if _modbank_simd.ENABLED else _modbank
+    return kernel.modulation_bank(x, filters, state)
+
+
+#: the kernels per device: numba on the CPU, :mod:`lhotse_amt.kernels.triton_filterbanks`
+#: on CUDA (the operators are registered for these two devices only)
+_KERNELS = DeviceKernels(
+    SimpleNamespace(
+        modulation_bank=_cpu_modulation_bank,
+        lfilter=_tf.lfilter,
+        sos_bank=_tf.sos_bank,
+        phase_insensitivity_=_hilbert.phase_insensitivity_cpu_,
+    ),
+    "triton_filterbanks",
+    attr=None,
+)
+
+
 @_cpu_op(
     "modulation_bank(Tensor x, Tensor lp_sos, Tensor? prefilter_sos, Tensor pole, "
-    "Tensor gain, Tensor use_abs, Tensor scale, Tensor?[] state) -> (Tensor, Tensor?[])"
+    "Tensor gain, Tensor use_abs, Tensor scale, Tensor?[] state) -> (Tensor, Tensor?[])",
+    cuda=True,
 )
 def _bank_op(
     x: Tensor, lp_sos: Tensor, prefilter_sos: Tensor | None, pole: Tensor, gain: Tensor,
     use_abs: Tensor, scale: Tensor, state: list[Tensor | None],
 ) -> tuple[Tensor, list[Tensor | None]]:  # fmt: skip
-    kernel = _modbank_simd if _modbank_simd.ENABLED else _modbank
     st = {k: v for k, v in zip(_BANK_KEYS, state, strict=True) if v is not None}
     filters = (lp_sos, prefilter_sos, pole, gain, use_abs, scale)
-    y, new = kernel.modulation_bank(x, filters, st)
+    y, new = _KERNELS.on(x).modulation_bank(x, filters, st)
     return y, [new.get(k) for k in _BANK_KEYS]
 
 
@@ -85,9 +113,9 @@ def modulation_bank(x: Tensor, filters: tuple, state: dict | None) -> tuple[Tens
     return y, {k: v for k, v in zip(_BANK_KEYS, new, strict=True) if v is not None}
 
 
-@_cpu_op("lfilter(Tensor x, Tensor b, Tensor a, Tensor? zi) -> (Tensor, Tensor)")
+@_cpu_op("lfilter(Tensor x, Tensor b, Tensor a, Tensor? zi) -> (Tensor, Tensor)", cuda=True)
 def _lfilter_op(x: Tensor, b: Tensor, a: Tensor, zi: Tensor | None) -> tuple[Tensor, Tensor]:
-    return _tf.lfilter(x, b, a, zi)
+    return _KERNELS.on(x).lfilter(x, b, a, zi)
 
 
 @_fake("lfilter")
@@ -102,9 +130,9 @@ def lfilter(x: Tensor, b: Tensor, a: Tensor, zi: Tensor | None) -> tuple[Tensor,
     return _lfilter_op(x, b, a, zi)
 
 
-@_cpu_op("sos_bank(Tensor x, Tensor sos, Tensor? zi) -> (Tensor, Tensor)")
+@_cpu_op("sos_bank(Tensor x, Tensor sos, Tensor? zi) -> (Tensor, Tensor)", cuda=True)
 def _sos_bank_op(x: Tensor, sos: Tensor, zi: Tensor | None) -> tuple[Tensor, Tensor]:
-    return _tf.sos_bank(x, sos, zi)
+    return _KERNELS.on(x).sos_bank(x, sos, zi)
 
 
 @_fake("sos_bank")
@@ -121,9 +149,9 @@ def sos_bank(x: Tensor, sos: Tensor, zi: Tensor | None) -> tuple[Tensor, Tensor]
     return _sos_bank_op(x, sos, zi)
 
 
-@_cpu_op("phase_insensitivity_(Tensor(a!) x, int[] bands) -> ()")
+@_cpu_op("phase_insensitivity_(Tensor(a!) x, int[] bands) -> ()", cuda=True)
 def _phase_op(x: Tensor, bands: list[int]) -> None:
-    _hilbert.phase_insensitivity_cpu_(x, list(bands))
+    _KERNELS.on(x).phase_insensitivity_(x, list(bands))
 
 
 @_fake("phase_insensitivity_")
@@ -133,6 +161,6 @@ def _(x: Tensor, bands: list[int]) -> None:
 
 def phase_insensitivity_(x: Tensor, bands: list[int]) -> None:
     """Operator ``lhotse_amt::phase_insensitivity_``: the bands ``bands`` (ascending) of
-    the C-contiguous CPU tensor ``x (..., M, T)`` replaced in place by their rms-matched
-    Hilbert envelopes."""
+    the C-contiguous tensor ``x (..., M, T)`` (CPU or CUDA) replaced in place by their
+    rms-matched Hilbert envelopes."""
     _phase_op(x, list(bands))
