@@ -12,22 +12,29 @@
   recursions): the ``"numba"`` backend of :func:`lhotse_amt.functional.drnl.drnl`;
 * ``lhotse_amt::paulick_ihc``: the IHC recursion alone in the signal's dtype
   (:func:`lhotse_amt.kernels.paulick.ihc`; on CUDA the Triton kernel
-  :func:`~lhotse_amt.kernels.paulick.ihc_triton`, picked by
-  :class:`lhotse_amt.ops.rowop.DeviceKernels`): the no-grad backends of
+  :func:`~lhotse_amt.kernels.paulick.ihc_triton`): the no-grad backends of
   :func:`lhotse_amt.functional.ihc_paulick.ihc_paulick`.
 
-Each has a CPU kernel (numba), registered at the dispatcher level (a call costs no
-``torch.compile`` machinery), and a fake implementation (shapes only); no gradient. They
-serve eager inference of :class:`lhotse_amt.models.paulick2024.Paulick2024` and its stage
-modules; under autograd, on CUDA (but for ``paulick_ihc``) and while
-``torch.compile``/``torch.export`` trace the model, its stages run as the differentiable
-operators (:mod:`lhotse_amt.ops.recursions`, :mod:`lhotse_amt.ops.ihc_paulick`,
-:mod:`lhotse_amt.ops.fir`) instead.
+Each has a CPU kernel (numba) and a CUDA kernel, registered at the dispatcher level (a
+call costs no ``torch.compile`` machinery; the dispatcher picks the kernel by the
+tensors' device, :class:`lhotse_amt.ops.rowop.DeviceKernels` the host functions), and a
+fake implementation (shapes only); no gradient. The CUDA kernels of ``paulick_drnl``,
+``paulick_fir`` and ``paulick_frontend`` (:mod:`lhotse_amt.kernels.triton_paulick`) run
+the stages one after the other as the Triton kernels of the differentiable operators
+(sections, IHC, adaptation loops, strided FIR; float64 recursions), with the CPU kernels'
+arguments, results, state layouts and float32 rounding before the decimator (in Triton's
+interpreter float64 results agree with the CPU kernels to ~1e-13 relative, float32
+front-end outputs to ~2e-7; :func:`runs_on` says where the operators run). They serve
+eager inference of :class:`lhotse_amt.models.paulick2024.Paulick2024` and its stage
+modules; under autograd and while ``torch.compile``/``torch.export`` trace the model, its
+stages run as the differentiable operators (:mod:`lhotse_amt.ops.recursions`,
+:mod:`lhotse_amt.ops.ihc_paulick`, :mod:`lhotse_amt.ops.fir`) instead.
 
 Streaming states cross the operator boundary as tensors: the DRNL's section states
 ``[lin, nl1, nl2]`` (an empty list: rest), the decimator's history ``(..., C, K - 1)``
 (``None``: zeros) and the number of samples it has seen. The wrappers :func:`frontend` and
-:func:`fir` take and return them in the models' layout (dicts).
+:func:`fir` take and return them in the models' layout (dicts). A stream may move between
+the devices: the states have the same layout on both.
 
 Reference: L. Paulick, H. Relaño-Iborra, T. Dau (2024), "The Computational Auditory
 Signal Processing and Perception Model (CASP): A Revised Version", bioRxiv.
@@ -46,10 +53,16 @@ from ..kernels.ihc_paulick_grad import IHC_STEP_KEYS
 from .fused import _cpu_op, _fake
 from .rowop import DeviceKernels
 
-__all__ = ["frontend", "fir", "drnl", "ihc", "ihc_runs_on"]
+__all__ = ["frontend", "fir", "drnl", "ihc", "ihc_runs_on", "runs_on"]
 
 #: the DRNL's state keys, in the order of the operator's state list
 DRNL_STATE_KEYS = ("lin", "nl1", "nl2")
+
+#: the kernels of the front end, the FIR and the DRNL: numba on the CPU, the stage-wise
+#: Triton kernels (:mod:`lhotse_amt.kernels.triton_paulick`) on CUDA
+_FRONTEND = DeviceKernels(_frontend.frontend, "triton_paulick", attr="frontend")
+_FIR = DeviceKernels(_paulick.fir, "triton_paulick", attr="fir")
+_DRNL = DeviceKernels(_paulick.drnl, "triton_paulick", attr="drnl")
 
 
 @_cpu_op(
@@ -57,7 +70,8 @@ DRNL_STATE_KEYS = ("lin", "nl1", "nl2")
     "Tensor a, Tensor b, float c, Tensor[] drnl_state, float[] ihc_consts, Tensor ihc_state, "
     "Tensor adapt_a, Tensor adapt_m, Tensor adapt_state, float minlvl, bool use_limit, "
     "float out_offset, float out_scale, Tensor? dec_weight, int dec_factor, Tensor? dec_hist, "
-    "int dec_t) -> (Tensor, Tensor[], Tensor, Tensor, Tensor)"
+    "int dec_t) -> (Tensor, Tensor[], Tensor, Tensor, Tensor)",
+    cuda=True,
 )
 def _frontend_op(
     x: Tensor, g: Tensor, lin_sos: Tensor, nl1_sos: Tensor, nl2_sos: Tensor, a: Tensor,
@@ -66,7 +80,7 @@ def _frontend_op(
     out_offset: float, out_scale: float, dec_weight: Tensor | None, dec_factor: int,
     dec_hist: Tensor | None, dec_t: int,
 ) -> tuple[Tensor, list[Tensor], Tensor, Tensor, Tensor]:  # fmt: skip
-    y, drnl, w, s, dec = _frontend.frontend(
+    y, drnl, w, s, dec = _FRONTEND.on(x)(
         x, (g, lin_sos, nl1_sos, nl2_sos, a, b, c),
         dict(zip(DRNL_STATE_KEYS, drnl_state)) or None, dict(zip(IHC_STEP_KEYS, ihc_consts)),
         ihc_state, adapt_a, adapt_m, adapt_state, minlvl, use_limit, out_offset, out_scale,
@@ -130,8 +144,9 @@ def frontend(
     dec_state: dict | None = None,
 ) -> tuple[Tensor, dict, Tensor, Tensor, dict | None]:
     """Operator ``lhotse_amt::paulick_frontend``: DRNL -> IHC -> adaptation loops (-> FIR
-    decimator) in one pass over ``x (B, T)`` (CPU, no gradient); the arguments and results
-    of :func:`lhotse_amt.kernels.paulick_frontend.frontend`.
+    decimator) in one pass over ``x (B, T)`` (no gradient; CPU: one compiled pass, CUDA:
+    the stages' Triton kernels one after the other); the arguments and results of
+    :func:`lhotse_amt.kernels.paulick_frontend.frontend`.
 
     Args:
         x: ``(B, T)`` stapes velocity (the DRNL input), float32 or float64.
@@ -171,9 +186,9 @@ def frontend(
     return y, dict(zip(DRNL_STATE_KEYS, drnl)), w, s, new_dec
 
 
-@_cpu_op("paulick_fir(Tensor buf, Tensor w, int start, int stride, int n_out) -> Tensor")
+@_cpu_op("paulick_fir(Tensor buf, Tensor w, int start, int stride, int n_out) -> Tensor", cuda=True)
 def _fir_op(buf: Tensor, w: Tensor, start: int, stride: int, n_out: int) -> Tensor:
-    return _paulick.fir(buf, w, start, stride, n_out)
+    return _FIR.on(buf)(buf, w, start, stride, n_out)
 
 
 @_fake("paulick_fir")
@@ -183,21 +198,22 @@ def _(buf: Tensor, w: Tensor, start: int, stride: int, n_out: int) -> Tensor:
 
 def fir(buf: Tensor, w: Tensor, start: int, stride: int, n_out: int) -> Tensor:
     """Operator ``lhotse_amt::paulick_fir``: ``y[r, i] = sum_k w[k] buf[r, start + i stride
-    + k]`` for ``buf (N, L)`` and taps ``w (K,)`` (CPU, no gradient; float64 accumulation,
-    every output in a fixed order), ``(N, n_out)`` in ``buf``'s dtype."""
+    + k]`` for ``buf (N, L)`` and taps ``w (K,)`` (CPU and CUDA, no gradient; float64
+    accumulation, every output in a fixed order), ``(N, n_out)`` in ``buf``'s dtype."""
     return _fir_op(buf, w, int(start), int(stride), int(n_out))
 
 
 @_cpu_op(
     "paulick_drnl(Tensor x, Tensor g, Tensor lin_sos, Tensor nl1_sos, Tensor nl2_sos, "
-    "Tensor a, Tensor b, float c, Tensor?[] state) -> (Tensor, Tensor[])"
+    "Tensor a, Tensor b, float c, Tensor?[] state) -> (Tensor, Tensor[])",
+    cuda=True,
 )
 def _drnl_op(
     x: Tensor, g: Tensor, lin_sos: Tensor, nl1_sos: Tensor, nl2_sos: Tensor, a: Tensor,
     b: Tensor, c: float, state: list[Tensor | None],
 ) -> tuple[Tensor, list[Tensor]]:  # fmt: skip
     st = {k: z for k, z in zip(DRNL_STATE_KEYS, state, strict=True) if z is not None}
-    y, new = _paulick.drnl(x, g, lin_sos, nl1_sos, nl2_sos, a, b, c, st)
+    y, new = _DRNL.on(x)(x, g, lin_sos, nl1_sos, nl2_sos, a, b, c, st)
     return y, [new[k] for k in DRNL_STATE_KEYS]
 
 
@@ -226,9 +242,9 @@ def drnl(
     c: float,
     state: dict[str, Tensor] | None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Operator ``lhotse_amt::paulick_drnl``: the DRNL filterbank of ``x (..., T)`` (CPU,
-    no gradient; float64 recursions) -> ``(..., C, T)`` in ``x``'s dtype (float64 for
-    other dtypes than float32) and the new section states ``{"lin", "nl1", "nl2"}``
+    """Operator ``lhotse_amt::paulick_drnl``: the DRNL filterbank of ``x (..., T)`` (CPU
+    and CUDA, no gradient; float64 recursions) -> ``(..., C, T)`` in ``x``'s dtype (float64
+    for other dtypes than float32) and the new section states ``{"lin", "nl1", "nl2"}``
     ``(..., C, S, 2)`` float64.
 
     The arguments are those of :func:`lhotse_amt.functional.drnl.drnl`: ``g``, ``a``,
@@ -279,9 +295,15 @@ def ihc(x: Tensor, consts: dict[str, float], state: Tensor) -> tuple[Tensor, Ten
     return _ihc_op(x, [float(consts[k]) for k in IHC_STEP_KEYS], state)
 
 
-def ihc_runs_on(device: torch.device) -> bool:
-    """Whether ``lhotse_amt::paulick_ihc`` has a kernel for ``device``: the CPU, and CUDA
+def runs_on(device: torch.device) -> bool:
+    """Whether the operators of this module (``paulick_frontend``, ``paulick_fir``,
+    ``paulick_drnl``, ``paulick_ihc``) have a kernel for ``device``: the CPU, and CUDA
     where Triton can run."""
     if device.type == "cpu":
         return True
     return device.type == "cuda" and _paulick.triton_available()
+
+
+def ihc_runs_on(device: torch.device) -> bool:
+    """Whether ``lhotse_amt::paulick_ihc`` has a kernel for ``device`` (:func:`runs_on`)."""
+    return runs_on(device)

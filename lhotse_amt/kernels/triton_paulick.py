@@ -1,0 +1,183 @@
+"""CUDA kernels of Paulick et al. (2024)'s no-grad operators (:mod:`lhotse_amt.ops.paulick`:
+``lhotse_amt::paulick_drnl``, ``lhotse_amt::paulick_fir``, ``lhotse_amt::paulick_frontend``),
+composed of the Triton kernels of the differentiable stage operators; same arguments,
+results and state layouts as the CPU kernels :func:`lhotse_amt.kernels.paulick.drnl`,
+:func:`lhotse_amt.kernels.paulick.fir` and :func:`lhotse_amt.kernels.paulick_frontend.frontend`.
+
+* :func:`drnl`: the linear path ``g x`` and the non-linear path's first sections as
+  launches of the section kernel (:mod:`lhotse_amt.kernels.triton_sos`, float64
+  recursions without fused multiply-adds, as the CPU kernel; rows ``(item, channel)``:
+  every channel's row reads its item's input row),
+  the broken stick ``sign(u) min(a |u|, b |u|^c)`` elementwise in float64 with the CPU
+  kernel's arithmetic (``|u|^(1/4)`` as two square roots), the non-linear path's last
+  sections and the sum in float64, cast to the output dtype once;
+* :func:`fir`: the strided FIR of :mod:`lhotse_amt.kernels.triton_fir` (float64
+  accumulation in tap order; the CPU kernel sums phase by phase: last-bit differences);
+* :func:`frontend`: :func:`drnl` (float64) -> the IHC recursion
+  (:mod:`lhotse_amt.kernels.triton_ihc_paulick`: float64, reciprocal slopes as on the
+  CPU) -> the adaptation loops with the overshoot limiter
+  (:mod:`lhotse_amt.kernels.triton_adaptation`, float64) -> ``(v - c) scale`` -> with a
+  decimator, the output rounded to float32 for float32 inputs (as the CPU kernel's
+  decimator sees it), the decimator's history in front and :func:`fir` at the kept
+  samples ``n = j0 + i R`` (``j0 = -t mod R`` from the ``t`` samples already seen).
+
+Every stage streams through its state, so chunked calls equal one call. Float64 front-end
+outputs agree with the CPU kernel to ~1e-13 relative in Triton's interpreter (the CPU
+kernel contracts fused multiply-adds, and so may the GPU's IHC and adaptation kernels:
+last-bit differences, which the low-frequency DRNL sections and the loops amplify);
+float32 outputs to ~2e-7 (the CPU kernel applies the limiter's correction in float32,
+here in float64). Importing this module never fails without Triton; ``TRITON_INTERPRET=1``
+runs the kernels on CPU tensors (tests).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .ihc_paulick_grad import IHC_STEP_KEYS
+from .triton_adaptation import KERNELS as _ADAPT
+from .triton_fir import fir_forward
+from .triton_ihc_paulick import KERNELS as _IHC
+from .triton_sos import KERNELS as _SOS
+
+__all__ = ["drnl", "fir", "frontend"]
+
+Tensor = torch.Tensor
+F64 = torch.float64
+#: the section kernel's options: no checkpoints, no fused multiply-adds
+_SOS_OPTS = dict(keep=False, fusion=False)
+#: the DRNL's state keys, in the order of its paths
+_DRNL_KEYS = ("lin", "nl1", "nl2")
+
+#: :func:`lhotse_amt.kernels.triton_fir.fir_forward`: ``y[r, i] = sum_k w[k] buf[r, start
+#: + i stride + k]`` of ``buf (N, L)``, taps ``w (K,)`` -> ``(N, n_out)`` in ``buf``'s
+#: dtype, float64 accumulation (the CUDA kernel of ``lhotse_amt::paulick_fir``)
+fir = fir_forward
+
+
+def _items(x: Tensor) -> tuple[tuple[int, ...], Tensor]:
+    """The leading shape of ``x (..., T)`` and its items as float64 rows ``(N, T)``."""
+    lead = tuple(x.shape[:-1])
+    return lead, x.detach().reshape(math.prod(lead), x.shape[-1]).to(F64).contiguous()
+
+
+def _drnl_states(zs: list[Tensor], lead: tuple[int, ...], C: int) -> dict[str, Tensor]:
+    """The DRNL's section states ``[lin, nl1, nl2]`` ``(N C, S, 2)`` -> the dict of
+    ``(..., C, S, 2)``."""
+    return {k: z.reshape(*lead, C, z.shape[-2], 2) for k, z in zip(_DRNL_KEYS, zs)}
+
+
+def _out_dtype(x: Tensor) -> torch.dtype:
+    """Dtype of an output that follows ``x`` (float32 or float64)."""
+    return torch.float32 if x.dtype == torch.float32 else F64
+
+
+def _section_state(z: Tensor | None, N: int, C: int, S: int, dev: torch.device) -> Tensor:
+    """``(..., C, S, 2)`` section states (broadcast over the items as on the CPU; ``None``:
+    rest) -> the kernels' rows ``(N C, S, 2)`` float64."""
+    if z is None:
+        return torch.zeros((N * C, S, 2), dtype=F64, device=dev)
+    zz = z.to(device=dev, dtype=F64).expand(*z.shape[:-3], C, S, 2).reshape(-1, C, S, 2)
+    return zz.expand(N, C, S, 2).reshape(N * C, S, 2)
+
+
+class _Rows:
+    """The rows ``r = n C + k`` of ``N`` items and ``C`` channels: ``own`` (every row
+    its own), ``item`` (the input row of its item) and ``chan`` (its channel's
+    coefficient row) as int64 row maps."""
+
+    def __init__(self, N: int, C: int, dev: torch.device) -> None:
+        self.own = torch.arange(N * C, device=dev)
+        self.item = torch.div(self.own, C, rounding_mode="floor")
+        self.chan = self.own - self.item * C
+
+
+def _drnl_rows(
+    x: Tensor, coefs: tuple, state: dict | None, rows: _Rows, C: int
+) -> tuple[Tensor, list[Tensor]]:
+    """The DRNL of ``x (N, T)`` float64 -> ``(N C, T)`` float64 and the new section states
+    ``[lin, nl1, nl2]`` ``(N C, S, 2)``."""
+    g, lin_sos, nl1_sos, nl2_sos, a, b, c = coefs
+    (N, T), dev = x.shape, x.device
+    st = state or {}
+    sos = [s.to(device=dev, dtype=F64) for s in (lin_sos, nl1_sos, nl2_sos)]
+    zi = [_section_state(st.get(k), N, C, s.shape[-2], dev) for k, s in zip(_DRNL_KEYS, sos)]
+    gd, ad, bd = (t.to(device=dev, dtype=F64).reshape(C, 1) for t in (g, a, b))
+    lin_in = (x[:, None, :] * gd).reshape(N * C, T)  # g x, as the CPU kernel's products
+    # (no fused multiply-adds: the values of the CPU kernel's sections)
+    y, z_lin, _ = _SOS.forward(lin_in, rows.own, sos[0], rows.chan, zi[0], **_SOS_OPTS)
+    u, z1, _ = _SOS.forward(x, rows.item, sos[1], rows.chan, zi[1], **_SOS_OPTS)
+    m = u.abs().view(N, C, T)
+    hi = bd * (m.sqrt().sqrt() if float(c) == 0.25 else m.pow(float(c)))
+    u = torch.copysign(torch.minimum(ad * m, hi), u.view(N, C, T)).view(N * C, T)
+    u, z2, _ = _SOS.forward(u, rows.own, sos[2], rows.chan, zi[2], **_SOS_OPTS)
+    return y.add_(u), [z_lin, z1, z2]
+
+
+def drnl(
+    x: Tensor, g: Tensor, lin_sos: Tensor, nl1_sos: Tensor, nl2_sos: Tensor, a: Tensor,
+    b: Tensor, c: float, state: dict | None,
+) -> tuple[Tensor, dict]:  # fmt: skip
+    """CUDA version of :func:`lhotse_amt.kernels.paulick.drnl`: the DRNL of ``x (..., T)``
+    -> ``(..., C, T)`` in ``x``'s dtype (float64 for dtypes other than float32) and the
+    section states ``{"lin", "nl1", "nl2"}`` ``(..., C, S, 2)`` float64 (float64
+    recursions; tensors stay on ``x``'s device)."""
+    lead, xr = _items(x)
+    N, C = xr.shape[0], g.shape[0]
+    y, zs = _drnl_rows(xr, (g, lin_sos, nl1_sos, nl2_sos, a, b, c), state, _Rows(N, C, x.device), C)
+    return y.to(_out_dtype(x)).reshape(*lead, C, xr.shape[1]), _drnl_states(zs, lead, C)
+
+
+def frontend(
+    x: Tensor, drnl_coefs: tuple, drnl_state: dict | None, ihc_consts: dict[str, float],
+    ihc_state: Tensor, adapt_a: Tensor, adapt_m: Tensor, adapt_state: Tensor, minlvl: float,
+    use_limit: bool, out_offset: float, out_scale: float, dec_weight: Tensor | None = None,
+    dec_factor: int = 0, dec_state: dict | None = None,
+) -> tuple[Tensor, dict, Tensor, Tensor, dict | None]:  # fmt: skip
+    """CUDA version of :func:`lhotse_amt.kernels.paulick_frontend.frontend` (same arguments
+    and results): DRNL -> IHC -> adaptation loops (-> FIR decimator by ``dec_factor``) of
+    ``x (..., T)``, stage by stage in float64 (module docstring)."""
+    dev = x.device
+    lead, xr = _items(x)
+    (N, T), C = xr.shape, drnl_coefs[0].shape[0]
+    J = adapt_a.shape[-1]
+    rows = _Rows(N, C, dev)
+    v, zs = _drnl_rows(xr, drnl_coefs, drnl_state, rows, C)
+    consts = torch.tensor([[float(ihc_consts[k]) for k in IHC_STEP_KEYS]], dtype=F64, device=dev)
+    w0 = ihc_state.to(device=dev, dtype=F64).expand(*lead, C).reshape(N * C)
+    v, w, _ = _IHC.forward(v, rows.own, consts, torch.zeros_like(rows.own), w0, keep=False)
+    am = [t.to(device=dev, dtype=F64).expand(C, J) for t in (adapt_a, adapt_m)]
+    s0 = adapt_state.to(device=dev, dtype=F64).expand(*lead, C, J).reshape(N * C, J)
+    v, s, _ = _ADAPT.forward(
+        v, rows.own, *am, rows.chan, float(minlvl), bool(use_limit), s0, keep=False
+    )
+    v = (v - float(out_offset)) * float(out_scale)
+    R = int(dec_factor) if dec_weight is not None else 0
+    new_dec = None
+    if R > 0:
+        wd = dec_weight.detach().reshape(-1).to(device=dev, dtype=F64)
+        K = wd.shape[0]
+        st = dec_state or {}
+        t0 = int(st.get("t", 0))
+        h = st.get("hist")
+        if h is None:
+            h = torch.zeros((N * C, K - 1), dtype=F64, device=dev)
+        else:  # the history in x's dtype, as the CPU kernel keeps it
+            h = h.to(device=dev, dtype=x.dtype).reshape(N * C, K - 1).to(F64)
+        if x.dtype == torch.float32:  # the stage-wise decimator's float32 input
+            v = v.to(torch.float32).to(F64)
+        buf = torch.cat([h, v], -1)
+        j0 = (-t0) % R
+        M = max(0, -(-(T - j0) // R))
+        v = fir(buf, wd, j0, R, M)
+        hist = buf[:, buf.shape[1] - (K - 1) :].to(x.dtype)
+        new_dec = {"hist": hist.reshape(*lead, C, K - 1), "t": t0 + T}
+    return (
+        v.to(_out_dtype(x)).reshape(*lead, C, v.shape[-1]),
+        _drnl_states(zs, lead, C),
+        w.reshape(*lead, C),
+        s.reshape(*lead, C, J),
+        new_dec,
+    )
