@@ -24,7 +24,8 @@ the stages one after the other as the Triton kernels of the differentiable opera
 (sections, IHC, adaptation loops, strided FIR; float64 recursions), with the CPU kernels'
 arguments, results, state layouts and float32 rounding before the decimator (in Triton's
 interpreter float64 results agree with the CPU kernels to ~1e-13 relative, float32
-front-end outputs to ~2e-7; :func:`runs_on` says where the operators run). They serve
+front-end outputs to ~2e-7; the operators run where
+:func:`lhotse_amt._dispatch.kernel_device` says). They serve
 eager inference of :class:`lhotse_amt.models.paulick2024.Paulick2024` and its stage
 modules; under autograd and while ``torch.compile``/``torch.export`` trace the model, its
 stages run as the differentiable operators (:mod:`lhotse_amt.ops.recursions`,
@@ -53,7 +54,7 @@ from ..kernels.ihc_paulick_grad import IHC_STEP_KEYS
 from .fused import _cpu_op, _fake
 from .rowop import DeviceKernels
 
-__all__ = ["frontend", "fir", "drnl", "ihc", "ihc_runs_on", "runs_on"]
+__all__ = ["frontend", "fir", "drnl", "ihc"]
 
 #: the DRNL's state keys, in the order of the operator's state list
 DRNL_STATE_KEYS = ("lin", "nl1", "nl2")
@@ -293,17 +294,3 @@ def ihc(x: Tensor, consts: dict[str, float], state: Tensor) -> tuple[Tensor, Ten
     step constants (:func:`lhotse_amt.functional.ihc_paulick.ihc_step_constants`, floats).
     """
     return _ihc_op(x, [float(consts[k]) for k in IHC_STEP_KEYS], state)
-
-
-def runs_on(device: torch.device) -> bool:
-    """Whether the operators of this module (``paulick_frontend``, ``paulick_fir``,
-    ``paulick_drnl``, ``paulick_ihc``) have a kernel for ``device``: the CPU, and CUDA
-    where Triton can run."""
-    if device.type == "cpu":
-        return True
-    return device.type == "cuda" and _paulick.triton_available()
-
-
-def ihc_runs_on(device: torch.device) -> bool:
-    """Whether ``lhotse_amt::paulick_ihc`` has a kernel for ``device`` (:func:`runs_on`)."""
-    return runs_on(device)

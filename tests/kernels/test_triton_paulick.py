@@ -197,15 +197,6 @@ def test_paulick_operators_cuda_kernels_match_cpu_in_interpreter():
     run_interpreted(_SCRIPT)
 
 
-def test_operators_run_on_cpu_and_cuda_with_triton():
-    from lhotse_amt.kernels import paulick as k_paulick
-    from lhotse_amt.ops import paulick as ops
-
-    assert ops.runs_on(torch.device("cpu"))
-    assert ops.runs_on(torch.device("cuda")) == k_paulick.triton_available()
-    assert not ops.runs_on(torch.device("meta"))
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

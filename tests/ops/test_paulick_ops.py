@@ -181,7 +181,6 @@ def test_ihc_operator_equals_the_kernel_and_opcheck(dtype):
     op = torch.ops.lhotse_amt.paulick_ihc.default
     for args in ((x, consts, w0), (x[0, 0], consts, w0[0, 0]), (x[0], consts, w0[0])):
         torch.library.opcheck(op, args)
-    assert ops_paulick.ihc_runs_on(torch.device("cpu"))
 
 
 @pytest.mark.parametrize("dtype", [D, torch.float32])
