@@ -72,6 +72,16 @@ def _load_lanes(x, idx, t0, n, buf):  # pragma: no cover - compiled
 
 
 @njit(inline="always", **_NOPY)
+def _load_lane_pairs(x, xr, g, rows, t0, n, xb, gb):  # pragma: no cover - compiled
+    # _load_lanes of x (lane rows xr) into xb and of g (lane rows rows) into gb, in one
+    # pass: a backward block's input and output gradient
+    for i in range(n):
+        for k in range(rows.shape[0]):
+            xb[i, k] = x[xr[k], t0 + i]
+            gb[i, k] = g[rows[k], t0 + i]
+
+
+@njit(inline="always", **_NOPY)
 def _store_lanes(buf, c0, nc, t0, n, y):  # pragma: no cover - compiled
     # the first nc lanes of buf (chunk, W) back into rows c0 .. c0 + nc of y at t0 .. t0 + n
     # (sample by sample, as _load_lanes)

@@ -12,8 +12,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .autodiff import _CKA, KERNEL_OPTS
-from .cpu import _store_lanes
+from .autodiff import _CKA, KERNEL_OPTS, lane_group
+from .cpu import _load_lane_pairs, _load_lanes, _store_lanes
 from .fastmath import assume_distinct_arrays, denormals_off, restore_fp_mode
 from .rows import RowKernels, numba_launch
 
@@ -39,10 +39,7 @@ def _res_group(R, grp, xrow, crow, pole, gain, mode, zi, K):  # pragma: no cover
     # rows of lane group grp (padding lanes repeat the last row) with their input rows,
     # pole, gain, output mode and section states (K, W)
     W = _WR
-    r0 = grp * W
-    nr = min(W, R - r0)
-    rows = np.empty(W, np.int64)
-    xr = np.empty(W, np.int64)
+    r0, nr, rows, xr, cr = lane_group(R, grp, W, xrow, crow)
     pr = np.empty(W)
     pi = np.empty(W)
     gr = np.empty(W)
@@ -51,10 +48,8 @@ def _res_group(R, grp, xrow, crow, pole, gain, mode, zi, K):  # pragma: no cover
     sr = np.empty((K, W))
     si = np.empty((K, W))
     for k in range(W):
-        r = r0 + min(k, nr - 1)
-        rows[k] = r
-        xr[k] = xrow[r]
-        c = crow[r]
+        r = rows[k]
+        c = cr[k]
         pr[k] = pole[c, 0]
         pi[k] = pole[c, 1]
         gr[k] = gain[c, 0]
@@ -115,13 +110,9 @@ def _res_fwd(x, xrow, pole, gain, mode, crow, zi, y, zf, ck):  # pragma: no cove
             if K == 1:
                 if n % _CKA == 0:
                     nn = min(_CKA, T - n)
-                    for i in range(nn):
-                        for k in range(W):
-                            xb[i, k] = x[xr[k], n + i]
+                    _load_lanes(x, xr, n, nn, xb)
                     _res_run1(nn, xb, pr, pi, gr, gi, ab, sr, si, yb)
-                    for i in range(nn):
-                        for k in range(nr):
-                            y[r0 + k, n + i] = yb[i, k]
+                    _store_lanes(yb, r0, nr, n, nn, y)
                 continue
             for k in range(W):
                 vr[k] = np.float64(x[xr[k], n])
@@ -309,10 +300,7 @@ def _res_bwd(
                 for q in range(K):
                     sr[q, k] = ck[rows[k], b, q, 0]
                     si[q, k] = ck[rows[k], b, q, 1]
-            for i in range(n):
-                for k in range(W):
-                    xb[i, k] = x[xr[k], t0 + i]
-                    gb[i, k] = gy[rows[k], t0 + i]
+            _load_lane_pairs(x, xr, gy, rows, t0, n, xb, gb)
             if K == 1:
                 _res_record1(n, xb, pr, pi, gr, gi, ab, sr, si, u1r, u1i, fr, fi)
                 _res_adjoint1(n, gb, pr, pi, gr, gi, u1r, u1i, fr, fi, lr, li, acc)

@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit, prange
 
 from .autodiff import _CKA, KERNEL_OPTS, lane_group
-from .cpu import _store_lanes, sos_lane_coefs
+from .cpu import _load_lane_pairs, _store_lanes, sos_lane_coefs
 from .fastmath import assume_distinct_arrays, denormals_off, restore_fp_mode
 from .rows import RowKernels, numba_launch
 
@@ -154,10 +154,7 @@ def _sos_bwd(
                 for q in range(S):
                     z[q, 0, k] = ck[rows[k], b, q, 0]
                     z[q, 1, k] = ck[rows[k], b, q, 1]
-            for i in range(n):
-                for k in range(W):
-                    w[0, i, k] = x[xr[k], t0 + i]
-                    g[i, k] = gy[rows[k], t0 + i]
+            _load_lane_pairs(x, xr, gy, rows, t0, n, w[0], g)
             _sos_record(S, n, co, z, w)
             _sos_adjoint(S, n, co, w, g, l1, l2, gc)
             if want_x:
