@@ -390,6 +390,18 @@ class CASPPooledPlan:
         #: parameter blocks of the register kernels (:mod:`.casp_simd`), built on first use
         self.register_params: tuple | None = None
 
+    def chain_args(self, st: dict[str, np.ndarray]) -> tuple:
+        """The coefficients and the states ``st`` (:meth:`initial_state`'s layout) in the
+        order of :func:`_casp_batch`'s arguments ``pr`` ... ``xi``."""
+        return (
+            self.pr, self.pi, self.g2, st["gre"], st["gim"],
+            self.ihc, st["ihc"],
+            self.aa, self.ab, self.am, self.aq, st["adapt"], self.minlvl, self.use_limit,
+            self.off, self.scale,
+            self.pre, st["pre"], self.lp, st["lp"], self.sc0,
+            self.runs, self.nsig, self.ar, self.ai, self.cr, self.ci, st["xr"], st["xi"],
+        )  # fmt: skip
+
     def initial_state(self, B: int) -> dict[str, np.ndarray]:
         """Zero filter states and the adaptation loops at rest (``B`` items)."""
         P, K, J, L = self.P, self.K, self.J, self.L
@@ -464,11 +476,7 @@ def casp_pooled(
     p = plan
     _casp_batch(
         xn, ends_a, int(hop), bool(square), p.precise,
-        p.pr, p.pi, p.g2, st["gre"], st["gim"],
-        p.ihc, st["ihc"],
-        p.aa, p.ab, p.am, p.aq, st["adapt"], p.minlvl, p.use_limit, p.off, p.scale,
-        p.pre, st["pre"], p.lp, st["lp"], p.sc0,
-        p.runs, p.nsig, p.ar, p.ai, p.cr, p.ci, st["xr"], st["xi"],
+        *p.chain_args(st),
         sums, _NO_OUTPUT, p.kcol, 1,
     )  # fmt: skip
     out = torch.zeros((B, nblk, p.C * p.M1), dtype=torch.float64)
@@ -496,10 +504,6 @@ def casp_samples(plan: CASPPooledPlan, x: torch.Tensor, out: torch.Tensor) -> No
     st = plan.initial_state(B)
     _casp_batch(
         xn, np.full(B, T, np.int64), 0, False, p.precise,
-        p.pr, p.pi, p.g2, st["gre"], st["gim"],
-        p.ihc, st["ihc"],
-        p.aa, p.ab, p.am, p.aq, st["adapt"], p.minlvl, p.use_limit, p.off, p.scale,
-        p.pre, st["pre"], p.lp, st["lp"], p.sc0,
-        p.runs, p.nsig, p.ar, p.ai, p.cr, p.ci, st["xr"], st["xi"],
+        *p.chain_args(st),
         np.zeros((B, 0, p.P + p.L)), out.numpy(), p.kcol, _WRITE_BLOCK,
     )  # fmt: skip

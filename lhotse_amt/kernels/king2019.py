@@ -275,6 +275,16 @@ class KingPooledPlan:
             self._length_terms = (key, terms)
         return terms
 
+    def chain_args(self, st: dict[str, np.ndarray]) -> tuple:
+        """The coefficients and the states ``st`` (:meth:`initial_state`'s layout) in the
+        order of :func:`_king_batch`'s arguments ``pr`` ... ``use_abs``."""
+        return (
+            self.pr, self.pi, self.g2, st["gre"], st["gim"],
+            self.knee, self.coef, self.expo,
+            self.ihc, st["ihc"], self.post, st["post"],
+            self.bank, st["bank"], self.gain, self.use_abs,
+        )  # fmt: skip
+
     def initial_state(self, B: int) -> dict[str, np.ndarray]:
         """Zero states for ``B`` items."""
         P, S = self.P, self.bank.shape[1]
@@ -309,10 +319,7 @@ def king_pooled(
     p = plan
     _king_batch(
         xn, ends_a, int(hop), bool(square), p.precise,
-        p.pr, p.pi, p.g2, st["gre"], st["gim"],
-        p.knee, p.coef, p.expo,
-        p.ihc, st["ihc"], p.post, st["post"],
-        p.bank, st["bank"], p.gain, p.use_abs,
+        *p.chain_args(st),
         sums, _NO_OUTPUT, p.kcol, _WRITE_BLOCK, np.zeros((B, 0, 0)), p.ucol, np.zeros((B, 3, 0, 0)),
         np.zeros(p.M, np.bool_),
     )  # fmt: skip
@@ -370,10 +377,7 @@ def _samples_by_lanes(
     pis = np.zeros((B, 3, p.M, p.P) if lin else (B, 3, 0, 0))
     _king_batch(
         xn, np.full(B, T, np.int64), 0, False, p.precise,
-        p.pr, p.pi, p.g2, st["gre"], st["gim"],
-        p.knee, p.coef, p.expo,
-        p.ihc, st["ihc"], p.post, st["post"],
-        p.bank, st["bank"], p.gain, p.use_abs,
+        *p.chain_args(st),
         np.zeros((B, 0, p.M, p.P)), out.numpy(), kcol, _WRITE_BLOCK,
         rows.numpy() if lin else np.zeros((B, 0, 0), out.numpy().dtype), ucol, pis,
         np.isin(np.arange(p.M), lin),
