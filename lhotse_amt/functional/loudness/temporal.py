@@ -193,9 +193,8 @@ def binaural_inhibition(
     smoothing, other inputs take one compiled pass; same values to ~2 ulp); everything else,
     including ``torch.compile``/``torch.export`` tracing, the plain-torch reference.
     """
-    if (
-        s_left.device.type == "cpu"
-        and no_grad_kernels(s_left, s_right, *((p,) if torch.is_tensor(p) else ()))
+    if s_left.device.type == "cpu" and no_grad_kernels(
+        s_left, s_right, *((p,) if torch.is_tensor(p) else ())
     ):
         from ...ops.loudness_fast import binaural_inhibition_fast
 
