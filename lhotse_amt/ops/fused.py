@@ -53,6 +53,7 @@ from ..kernels import casp as _casp
 from ..kernels import king2019 as _king
 from ..kernels import modbank_simd as _modbank
 from ..kernels import paulick as _paulick
+from .rowop import DeviceKernels
 
 __all__ = [
     "KernelState",
@@ -157,6 +158,43 @@ class KernelState:
         return KernelState(self.keys, tuple(arrays))
 
 
+class _CpuPooled:
+    """A pooled operator's CPU kernel (``kernel``: the chain's numba block-sum function,
+    ``keys``: the names of its state arrays by their number)."""
+
+    def __init__(self, kernel: Callable[..., Any], keys: dict[int, tuple[str, ...]]) -> None:
+        self.kernel, self.keys = kernel, keys
+
+    def pooled(
+        self, p: Any, x: Tensor, state: list[Tensor], hop: int, ends: list[int], square: bool
+    ) -> tuple[Tensor, list[Tensor]]:
+        k = _state_keys(self.keys, state)
+        st = dict(zip(k, (s.numpy() for s in state)))
+        sums, new = self.kernel(p, x, st, hop, ends, square)
+        return sums.contiguous(), [torch.from_numpy(new[n]) for n in k]
+
+    def rest_state(self, plan: Any, x: Tensor, hop: int, square: bool) -> KernelState:
+        _, st = self.kernel(plan, x[:, :0], None, hop, [0] * x.shape[0], square)
+        return KernelState.from_arrays(st)
+
+
+class _TritonPooled:
+    """A pooled operator's CUDA kernel: the chain's Triton module ``triton_<name>`` under
+    :mod:`lhotse_amt.kernels.triton_pooled` (its own state layout)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def pooled(
+        self, p: Any, x: Tensor, state: list[Tensor], hop: int, ends: list[int], square: bool
+    ) -> tuple[Tensor, list[Tensor]]:
+        return _triton("pooled").pooled(_triton(self.name), p, x, state, hop, ends, square)
+
+    def rest_state(self, plan: Any, x: Tensor, hop: int, square: bool) -> KernelState:
+        gpu = _triton(self.name)
+        return KernelState(gpu.STATE_KEYS, tuple(gpu.rest_state(plan, x.shape[0], x.device)))
+
+
 def _pooled_operator(
     name: str, kernel: Callable[..., Any], keys: dict[int, tuple[str, ...]], bands: Any
 ) -> Callable[..., tuple[Tensor, KernelState]]:
@@ -166,6 +204,8 @@ def _pooled_operator(
     Triton module, :func:`_triton`) and return its caller
     ``(plan, x, state, hop, ends, square) -> (sums, new state)``."""
 
+    kernels = DeviceKernels(_CpuPooled(kernel, keys), _TritonPooled(name))
+
     @_cpu_op(
         f"{name}(Tensor x, int plan, Tensor[] state, int hop, int[] ends, bool square)"
         " -> (Tensor, Tensor[])",
@@ -174,12 +214,7 @@ def _pooled_operator(
     def op(
         x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
     ) -> tuple[Tensor, list[Tensor]]:
-        p = _plan(plan)
-        if x.device.type != "cpu":
-            return _triton("pooled").pooled(_triton(name), p, x, state, hop, ends, square)
-        k = _state_keys(keys, state)
-        sums, new = kernel(p, x, dict(zip(k, (s.numpy() for s in state))), hop, ends, square)
-        return sums.contiguous(), [torch.from_numpy(new[n]) for n in k]
+        return kernels.on(x).pooled(_plan(plan), x, state, hop, ends, square)
 
     @_fake(name)
     def _(
@@ -193,12 +228,8 @@ def _pooled_operator(
     def call(
         plan: Any, x: Tensor, state: KernelState | None, hop: int, ends: list[int], square: bool
     ) -> tuple[Tensor, KernelState]:
-        if state is None and x.device.type != "cpu":  # the CUDA kernel's rest state
-            gpu = _triton(name)
-            state = KernelState(gpu.STATE_KEYS, tuple(gpu.rest_state(plan, x.shape[0], x.device)))
-        elif state is None:  # the rest state in the layout of the kernel that will run
-            _, st = kernel(plan, x[:, :0], None, hop, [0] * x.shape[0], square)
-            state = KernelState.from_arrays(st)
+        if state is None:  # the rest state in the layout of the kernel that will run
+            state = kernels.on(x).rest_state(plan, x, hop, square)
         sums, new = op(x, plan_handle(plan), list(state.arrays), hop, ends, square)
         return sums, state.replace(new)
 
@@ -262,10 +293,7 @@ def casp_pooled(
 
 @_cpu_op("casp_samples_(Tensor x, Tensor(a!) out, int plan) -> ()", cuda=True)
 def _casp_samples(x: Tensor, out: Tensor, plan: int) -> None:
-    if x.device.type == "cpu":
-        _casp.casp_samples(_plan(plan), x, out)
-    else:
-        casp_samples_triton(_plan(plan), x, out)
+    _CASP_SAMPLES.on(x)(_plan(plan), x, out)
 
 
 def casp_samples_triton(plan: Any, x: Tensor, out: Tensor) -> None:
@@ -362,12 +390,14 @@ def king_pooled(
     return _king_pooled(plan, x, state, hop, ends, square)
 
 
+#: the kernels of ``casp_samples_`` and ``king_samples_`` per device
+_CASP_SAMPLES = DeviceKernels(_casp.casp_samples, casp_samples_triton)
+_KING_SAMPLES = DeviceKernels(_king.king_samples, king_samples_triton)
+
+
 @_cpu_op("king_samples_(Tensor x, Tensor(a!) out, int plan, int[] pi_bands) -> ()", cuda=True)
 def _king_samples(x: Tensor, out: Tensor, plan: int, pi_bands: list[int]) -> None:
-    if x.device.type == "cpu":
-        _king.king_samples(_plan(plan), x, out, pi_bands)
-    else:
-        king_samples_triton(_plan(plan), x, out, pi_bands)
+    _KING_SAMPLES.on(x)(_plan(plan), x, out, pi_bands)
 
 
 @_fake("king_samples_")
@@ -410,14 +440,23 @@ def _modulation_pooled(
     # starts, stops, counts (see modulation_pooled)
     keys = ("lp", "bp", "pre")[: len(state)]
     st = dict(zip(keys, state)) or None
-    if x.device.type != "cpu":
-        pooled = _triton("modulation_pooled").modulation_pooled
-        out, new = pooled(x, tuple(filters), st, tuple(frames), R, rms)
-    else:
-        f = tuple(t.numpy() for t in frames)
-        out_np, new = _modbank.modulation_bank_pooled(x, tuple(filters), st, *f, R, rms)
-        out = torch.from_numpy(out_np)
+    out, new = _MODULATION_POOLED.on(x)(x, tuple(filters), st, tuple(frames), R, rms)
     return out, [new[k] for k in ("lp", "bp", "pre") if k in new]
+
+
+def _modulation_pooled_cpu(
+    x: Tensor, filters: tuple, state: dict | None, frames: tuple, R: int, rms: bool
+) -> tuple[Tensor, dict]:
+    f = tuple(t.numpy() for t in frames)
+    out, new = _modbank.modulation_bank_pooled(x, filters, state, *f, R, rms)
+    return torch.from_numpy(out), new
+
+
+def _modulation_pooled_cuda(*args: Any) -> tuple[Tensor, dict]:
+    return _triton("modulation_pooled").modulation_pooled(*args)
+
+
+_MODULATION_POOLED = DeviceKernels(_modulation_pooled_cpu, _modulation_pooled_cuda)
 
 
 @_fake("modulation_pooled")
@@ -469,9 +508,20 @@ def modulation_pooled(
     cuda=True,
 )
 def _pool_held(y: Tensor, cols: Tensor, starts: Tensor, stops: Tensor, R: int, rms: bool) -> Tensor:
-    if y.device.type != "cpu":
-        return _triton("modulation_pooled").pool_held(y, cols, starts, stops, R, rms)
+    return _POOL_HELD.on(y)(y, cols, starts, stops, R, rms)
+
+
+def _pool_held_cpu(
+    y: Tensor, cols: Tensor, starts: Tensor, stops: Tensor, R: int, rms: bool
+) -> Tensor:
     return _paulick.pool_held(y, cols.numpy(), starts.numpy(), stops.numpy(), R, rms)
+
+
+def _pool_held_cuda(*args: Any) -> Tensor:
+    return _triton("modulation_pooled").pool_held(*args)
+
+
+_POOL_HELD = DeviceKernels(_pool_held_cpu, _pool_held_cuda)
 
 
 @_fake("pool_held")
@@ -508,9 +558,11 @@ def pool_held(
 
 @_cpu_op("agc_stream(Tensor x, Tensor(a!) state, float attack, float release) -> Tensor", cuda=True)
 def _agc_stream(x: Tensor, state: Tensor, attack: float, release: float) -> Tensor:
-    if x.device.type == "cpu":
-        return torch.from_numpy(_agc.agc_numba_state(x.numpy(), attack, release, state.numpy()))
-    return agc_stream_device(x, state, attack, release)
+    return _AGC_STREAM.on(x)(x, state, attack, release)
+
+
+def _agc_stream_cpu(x: Tensor, state: Tensor, attack: float, release: float) -> Tensor:
+    return torch.from_numpy(_agc.agc_numba_state(x.numpy(), attack, release, state.numpy()))
 
 
 def agc_stream_device(x: Tensor, state: Tensor, attack: float, release: float) -> Tensor:
@@ -544,3 +596,6 @@ def agc_stream(x: np.ndarray, attack: float, release: float, state: np.ndarray) 
     operator is ``lhotse_amt::agc``)."""
     xt = torch.from_numpy(np.ascontiguousarray(x))
     return _agc_stream(xt, torch.from_numpy(state), float(attack), float(release)).numpy()
+
+
+_AGC_STREAM = DeviceKernels(_agc_stream_cpu, agc_stream_device)

@@ -43,11 +43,13 @@ class DeviceKernels:
 
     ``cpu`` (the numba kernels) on the CPU; on CUDA the attribute ``attr`` of the Triton
     module ``lhotse_amt.kernels.<cuda>`` (imported at first use; ``attr=None``: the module
-    itself); on any other device ``other`` (plain torch), or the CUDA functions where
-    ``other`` is ``None`` (operators registered for the CPU and CUDA only)."""
+    itself), or ``cuda`` itself where it is not a module name (host code of the operator's
+    own module that launches Triton kernels); on any other device ``other`` (plain torch),
+    or the CUDA functions where ``other`` is ``None`` (operators registered for the CPU and
+    CUDA only)."""
 
     def __init__(
-        self, cpu: Any, cuda: str, attr: str | None = "KERNELS", other: Any = None
+        self, cpu: Any, cuda: str | Any, attr: str | None = "KERNELS", other: Any = None
     ) -> None:
         self._cpu = cpu
         self._cuda = cuda
@@ -61,6 +63,8 @@ class DeviceKernels:
             return self._cpu
         if device_type != "cuda" and self._other is not None:
             return self._other
+        if not isinstance(self._cuda, str):
+            return self._cuda
         mod = importlib.import_module(f"lhotse_amt.kernels.{self._cuda}")
         return mod if self._attr is None else getattr(mod, self._attr)
 
