@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._dispatch import no_grad_kernels
 from .._validation import check_bool, check_choice, check_int, check_rate, check_signal
 
 __all__ = [
@@ -278,11 +279,7 @@ def fir_filter(
     else:
         state = state.to(dtype=x.dtype, device=x.device).expand(*x.shape[:-1], N - 1)
     xx = torch.cat([state, x], dim=-1)
-    if (
-        xx.device.type == "cpu"
-        and not torch.compiler.is_compiling()
-        and not (torch.is_grad_enabled() and (xx.requires_grad or h.requires_grad))
-    ):
+    if xx.device.type == "cpu" and no_grad_kernels(xx, h):
         # eager CPU inference: the same FFT convolution by numpy on the calling thread
         # (torch's FFTs and pads open thread pools that oversubscribe a busy machine)
         xn = xx.detach().numpy()

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._dispatch import kernel_device
 from .._validation import (
     check_bool,
     check_choice,
@@ -259,9 +260,11 @@ def phase_insensitive_bands(mfc: Tensor | np.ndarray, cutoff: float) -> list[int
     return [int(m) for m in np.flatnonzero(np.asarray(mfc, dtype=np.float64) > cutoff)]
 
 
-def _cpu_inplace_ok(x: Tensor) -> bool:
+def _inplace_op_ok(x: Tensor) -> bool:
+    """The operator ``lhotse_amt::phase_insensitivity_`` takes ``x`` (a device with
+    kernels: the CPU, CUDA with Triton; a contiguous float tensor)."""
     return (
-        x.device.type == "cpu"
+        kernel_device(x.device)
         and x.dtype in (torch.float32, torch.float64)
         and x.dim() >= 2
         and x.is_contiguous()
@@ -304,7 +307,7 @@ def phase_insensitivity(
             raise ValueError("phase_insensitivity(inplace=True) needs no autograd on x")
         from ..ops import filterbanks  # compiled kernels: loaded on first use
 
-        if _cpu_inplace_ok(x):
+        if _inplace_op_ok(x):
             filterbanks.phase_insensitivity_(x, sel)
             return x
         T = x.shape[-1]
