@@ -213,11 +213,15 @@ def _check_counts(counts: Sequence[int], C: int, M: int) -> tuple[int, ...]:
     return counts
 
 
-@lru_cache(maxsize=32)
-def _bandpass_select(counts: tuple[int, ...], M1: int) -> Tensor:
+def _bandpass_rows(counts: tuple[int, ...], M1: int) -> Tensor:
     """The band-pass bands the channels have, channel by channel, as rows ``c M1 + m`` of
     the ``(C, M1)`` band-pass coefficients."""
     return torch.tensor([c * M1 + m for c, n in enumerate(counts) for m in range(n - 1)])
+
+
+#: :func:`_bandpass_rows` cached for eager calls (traced calls build it: ``torch.compile``
+#: does not trace through a cache)
+_bandpass_select = lru_cache(maxsize=32)(_bandpass_rows)
 
 
 def _packed_bandpass(
@@ -240,7 +244,8 @@ def _packed_bandpass(
     from .. import ops
 
     lead, C, M1 = u.shape[:-2], u.shape[-2], pole.shape[-1]
-    sel = _bandpass_select(counts, M1).to(u.device)
+    rows = _bandpass_rows if torch.compiler.is_compiling() else _bandpass_select
+    sel = rows(counts, M1).to(u.device)
     if zi is not None:
         zi = zi.expand(*lead, C, M1, 1).reshape(*lead, C * M1, 1)[..., sel, :]
     bands, zf = ops.one_pole_cascade(
