@@ -161,7 +161,7 @@ def modulation_bank(
     _threads()
     lead = x.shape[:-2]
     C, T = x.shape[-2], x.shape[-1]
-    xn = _np(x.reshape(-1, C, T))
+    xn = _np(x.reshape(math.prod(lead), C, T))
     B = xn.shape[0]
     dt = xn.dtype
     M1 = pole.shape[-1]

@@ -306,7 +306,7 @@ class _Packed:
         lp_sos, prefilter_sos, pole, gain, use_abs, scale = filters
         self.lead = x.shape[:-2]
         C, T = x.shape[-2], x.shape[-1]
-        self.xn = _np(x.reshape(-1, C, T))
+        self.xn = _np(x.reshape(math.prod(self.lead), C, T))
         B = self.xn.shape[0]
         M1 = pole.shape[-1]
         pre = np.zeros((0, 6)) if prefilter_sos is None else _np(prefilter_sos).astype(np.float64)

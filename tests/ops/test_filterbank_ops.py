@@ -54,7 +54,11 @@ def test_modulation_bank_equals_reference_and_streams(model):
     assert float((y - ref).abs().max()) <= 1e-10 * float(ref.abs().max())
     assert ("pre" in st) == (mod.prefilter_sos is not None)
     a, sa = filterbanks.modulation_bank(x[..., :400], filters, None)
-    b, _ = filterbanks.modulation_bank(x[..., 400:], filters, sa)
+    # an empty chunk mid-stream: no samples, the state passed on unchanged
+    e, se = filterbanks.modulation_bank(x[..., :0], filters, sa)
+    assert e.shape == (*x.shape[:-1], ref.shape[-2], 0)
+    assert all(torch.equal(se[k], sa[k]) for k in sa)
+    b, _ = filterbanks.modulation_bank(x[..., 400:], filters, se)
     torch.testing.assert_close(torch.cat([a, b], -1), y, rtol=0, atol=0)
     # the functional's "numba" backend is this operator
     got, _ = _functional(mod, x, "numba")
