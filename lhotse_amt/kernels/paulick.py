@@ -395,7 +395,7 @@ def _drnl_args(x, g, lin_sos, nl1_sos, nl2_sos, a, b, state):
     # the recursions always run in float64 (float32 rounding noise of the low-frequency
     # sections would make the output depend on the last bits of the input); outputs are
     # cast back to the input dtype, states stay float64
-    xn = _np(x.reshape(-1, T), np.float64)
+    xn = _np(x.reshape(math.prod(lead), T), np.float64)
     dt = xn.dtype
     N = xn.shape[0]
     C = g.shape[0]
@@ -486,7 +486,7 @@ def ihc(
     _threads()
     lead = tuple(x.shape[:-1])
     C, T = x.shape[-2], x.shape[-1]
-    xn = _np(x.reshape(-1, C, T))
+    xn = _np(x.reshape(math.prod(lead[:-1]), C, T))
     dt = xn.dtype
     w = _np(state.expand(*lead).reshape(-1, C), dt).copy()
     y = _alloc.empty_like(xn)

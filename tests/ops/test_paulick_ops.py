@@ -83,9 +83,10 @@ def test_frontend_operator_equals_the_kernel_and_streams(dtype, decimate):
         got = ops_paulick.frontend(x, **args)
         for a, b in zip(got, ref, strict=True):
             _equal(a, b)
-        # streamed through the operator's states: the one-pass result, every state
+        # streamed through the operator's states (an empty chunk too): the one-pass
+        # result, every state
         parts, st = [], dict(args)
-        for a0, b0 in ((0, 3), (3, 1002), (1002, 3001)):
+        for a0, b0 in ((0, 3), (3, 1002), (1002, 1002), (1002, 3001)):
             y, drnl, w, s, dec = ops_paulick.frontend(x[:, a0:b0], **st)
             st.update(drnl_state=drnl, ihc_state=w, adapt_state=s, dec_state=dec)
             parts.append(y)
