@@ -37,7 +37,7 @@ from ..kernels import hilbert as _hilbert
 from ..kernels import modbank as _modbank
 from ..kernels import modbank_simd as _modbank_simd
 from ..kernels import tf as _tf
-from .fused import _cpu_op, _fake
+from .fused import _fake, _operator
 from .rowop import DeviceKernels
 
 __all__ = ["lfilter", "modulation_bank", "phase_insensitivity_", "sos_bank", "BLOCK_SAMPLES"]
@@ -68,10 +68,9 @@ _KERNELS = DeviceKernels(
 )
 
 
-@_cpu_op(
+@_operator(
     "modulation_bank(Tensor x, Tensor lp_sos, Tensor? prefilter_sos, Tensor pole, "
-    "Tensor gain, Tensor use_abs, Tensor scale, Tensor?[] state) -> (Tensor, Tensor?[])",
-    cuda=True,
+    "Tensor gain, Tensor use_abs, Tensor scale, Tensor?[] state) -> (Tensor, Tensor?[])"
 )
 def _bank_op(
     x: Tensor, lp_sos: Tensor, prefilter_sos: Tensor | None, pole: Tensor, gain: Tensor,
@@ -113,7 +112,7 @@ def modulation_bank(x: Tensor, filters: tuple, state: dict | None) -> tuple[Tens
     return y, {k: v for k, v in zip(_BANK_KEYS, new, strict=True) if v is not None}
 
 
-@_cpu_op("lfilter(Tensor x, Tensor b, Tensor a, Tensor? zi) -> (Tensor, Tensor)", cuda=True)
+@_operator("lfilter(Tensor x, Tensor b, Tensor a, Tensor? zi) -> (Tensor, Tensor)")
 def _lfilter_op(x: Tensor, b: Tensor, a: Tensor, zi: Tensor | None) -> tuple[Tensor, Tensor]:
     return _KERNELS.on(x).lfilter(x, b, a, zi)
 
@@ -130,7 +129,7 @@ def lfilter(x: Tensor, b: Tensor, a: Tensor, zi: Tensor | None) -> tuple[Tensor,
     return _lfilter_op(x, b, a, zi)
 
 
-@_cpu_op("sos_bank(Tensor x, Tensor sos, Tensor? zi) -> (Tensor, Tensor)", cuda=True)
+@_operator("sos_bank(Tensor x, Tensor sos, Tensor? zi) -> (Tensor, Tensor)")
 def _sos_bank_op(x: Tensor, sos: Tensor, zi: Tensor | None) -> tuple[Tensor, Tensor]:
     return _KERNELS.on(x).sos_bank(x, sos, zi)
 
@@ -149,7 +148,7 @@ def sos_bank(x: Tensor, sos: Tensor, zi: Tensor | None) -> tuple[Tensor, Tensor]
     return _sos_bank_op(x, sos, zi)
 
 
-@_cpu_op("phase_insensitivity_(Tensor(a!) x, int[] bands) -> ()", cuda=True)
+@_operator("phase_insensitivity_(Tensor(a!) x, int[] bands) -> ()")
 def _phase_op(x: Tensor, bands: list[int]) -> None:
     _KERNELS.on(x).phase_insensitivity_(x, list(bands))
 

@@ -78,17 +78,16 @@ _LIB = "lhotse_amt"
 _lib = torch.library.Library(_LIB, "FRAGMENT")
 
 
-def _cpu_op(schema: str, cuda: bool = False) -> Any:
-    """Define ``lhotse_amt::<schema>`` with the decorated function as its CPU kernel (and,
-    with ``cuda``, as its CUDA kernel: the function then branches on the device); the
+def _operator(schema: str) -> Any:
+    """Define ``lhotse_amt::<schema>`` with the decorated function as its CPU and CUDA
+    kernel (the function picks its host code by device, :class:`DeviceKernels`); the
     decorator returns the operator."""
     name = schema.split("(", 1)[0]
 
     def register(fn: Any) -> Any:
         _lib.define(schema)
         _lib.impl(name, fn, "CPU")
-        if cuda:
-            _lib.impl(name, fn, "CUDA")
+        _lib.impl(name, fn, "CUDA")
         return getattr(getattr(torch.ops, _LIB), name).default
 
     return register
@@ -206,10 +205,9 @@ def _pooled_operator(
 
     kernels = DeviceKernels(_CpuPooled(kernel, keys), _TritonPooled(name))
 
-    @_cpu_op(
+    @_operator(
         f"{name}(Tensor x, int plan, Tensor[] state, int hop, int[] ends, bool square)"
-        " -> (Tensor, Tensor[])",
-        cuda=True,
+        " -> (Tensor, Tensor[])"
     )
     def op(
         x: Tensor, plan: int, state: list[Tensor], hop: int, ends: list[int], square: bool
@@ -291,7 +289,7 @@ def casp_pooled(
     return _casp_pooled(plan, x, state, hop, ends, square)
 
 
-@_cpu_op("casp_samples_(Tensor x, Tensor(a!) out, int plan) -> ()", cuda=True)
+@_operator("casp_samples_(Tensor x, Tensor(a!) out, int plan) -> ()")
 def _casp_samples(x: Tensor, out: Tensor, plan: int) -> None:
     _CASP_SAMPLES.on(x)(_plan(plan), x, out)
 
@@ -395,7 +393,7 @@ _CASP_SAMPLES = DeviceKernels(_casp.casp_samples, casp_samples_triton)
 _KING_SAMPLES = DeviceKernels(_king.king_samples, king_samples_triton)
 
 
-@_cpu_op("king_samples_(Tensor x, Tensor(a!) out, int plan, int[] pi_bands) -> ()", cuda=True)
+@_operator("king_samples_(Tensor x, Tensor(a!) out, int plan, int[] pi_bands) -> ()")
 def _king_samples(x: Tensor, out: Tensor, plan: int, pi_bands: list[int]) -> None:
     _KING_SAMPLES.on(x)(_plan(plan), x, out, pi_bands)
 
@@ -423,10 +421,9 @@ def modulation_pooled_supported(mod: torch.nn.Module) -> bool:
     return bool(_modbank.ENABLED) and mod.poles.shape[-1] == 1 and mod.poles.shape[-2] > 1
 
 
-@_cpu_op(
+@_operator(
     "modulation_pooled(Tensor x, Tensor?[] filters, Tensor[] state, Tensor[] frames, int R, "
-    "bool rms) -> (Tensor, Tensor[])",
-    cuda=True,
+    "bool rms) -> (Tensor, Tensor[])"
 )
 def _modulation_pooled(
     x: Tensor,
@@ -503,9 +500,8 @@ def modulation_pooled(
     return out, dict(zip(("lp", "bp", "pre"), new))
 
 
-@_cpu_op(
-    "pool_held(Tensor y, Tensor cols, Tensor starts, Tensor stops, int R, bool rms) -> Tensor",
-    cuda=True,
+@_operator(
+    "pool_held(Tensor y, Tensor cols, Tensor starts, Tensor stops, int R, bool rms) -> Tensor"
 )
 def _pool_held(y: Tensor, cols: Tensor, starts: Tensor, stops: Tensor, R: int, rms: bool) -> Tensor:
     return _POOL_HELD.on(y)(y, cols, starts, stops, R, rms)
@@ -556,7 +552,7 @@ def pool_held(
 # --------------------------------------------------------------------------------------
 
 
-@_cpu_op("agc_stream(Tensor x, Tensor(a!) state, float attack, float release) -> Tensor", cuda=True)
+@_operator("agc_stream(Tensor x, Tensor(a!) state, float attack, float release) -> Tensor")
 def _agc_stream(x: Tensor, state: Tensor, attack: float, release: float) -> Tensor:
     return _AGC_STREAM.on(x)(x, state, attack, release)
 

@@ -51,7 +51,7 @@ from torch import Tensor
 from ..kernels import paulick as _paulick
 from ..kernels import paulick_frontend as _frontend
 from ..kernels.ihc_paulick_grad import IHC_STEP_KEYS
-from .fused import _cpu_op, _fake
+from .fused import _fake, _operator
 from .rowop import DeviceKernels
 
 __all__ = ["frontend", "fir", "drnl", "ihc"]
@@ -66,13 +66,12 @@ _FIR = DeviceKernels(_paulick.fir, "triton_paulick", attr="fir")
 _DRNL = DeviceKernels(_paulick.drnl, "triton_paulick", attr="drnl")
 
 
-@_cpu_op(
+@_operator(
     "paulick_frontend(Tensor x, Tensor g, Tensor lin_sos, Tensor nl1_sos, Tensor nl2_sos, "
     "Tensor a, Tensor b, float c, Tensor[] drnl_state, float[] ihc_consts, Tensor ihc_state, "
     "Tensor adapt_a, Tensor adapt_m, Tensor adapt_state, float minlvl, bool use_limit, "
     "float out_offset, float out_scale, Tensor? dec_weight, int dec_factor, Tensor? dec_hist, "
-    "int dec_t) -> (Tensor, Tensor[], Tensor, Tensor, Tensor)",
-    cuda=True,
+    "int dec_t) -> (Tensor, Tensor[], Tensor, Tensor, Tensor)"
 )
 def _frontend_op(
     x: Tensor, g: Tensor, lin_sos: Tensor, nl1_sos: Tensor, nl2_sos: Tensor, a: Tensor,
@@ -187,7 +186,7 @@ def frontend(
     return y, dict(zip(DRNL_STATE_KEYS, drnl)), w, s, new_dec
 
 
-@_cpu_op("paulick_fir(Tensor buf, Tensor w, int start, int stride, int n_out) -> Tensor", cuda=True)
+@_operator("paulick_fir(Tensor buf, Tensor w, int start, int stride, int n_out) -> Tensor")
 def _fir_op(buf: Tensor, w: Tensor, start: int, stride: int, n_out: int) -> Tensor:
     return _FIR.on(buf)(buf, w, start, stride, n_out)
 
@@ -204,10 +203,9 @@ def fir(buf: Tensor, w: Tensor, start: int, stride: int, n_out: int) -> Tensor:
     return _fir_op(buf, w, int(start), int(stride), int(n_out))
 
 
-@_cpu_op(
+@_operator(
     "paulick_drnl(Tensor x, Tensor g, Tensor lin_sos, Tensor nl1_sos, Tensor nl2_sos, "
-    "Tensor a, Tensor b, float c, Tensor?[] state) -> (Tensor, Tensor[])",
-    cuda=True,
+    "Tensor a, Tensor b, float c, Tensor?[] state) -> (Tensor, Tensor[])"
 )
 def _drnl_op(
     x: Tensor, g: Tensor, lin_sos: Tensor, nl1_sos: Tensor, nl2_sos: Tensor, a: Tensor,
@@ -275,7 +273,7 @@ def _ihc_rows(k: Any, x: Tensor, consts: list[float], state: Tensor) -> tuple[Te
     return (y[0], w[0]) if one else (y, w)
 
 
-@_cpu_op("paulick_ihc(Tensor x, float[] consts, Tensor state) -> (Tensor, Tensor)", cuda=True)
+@_operator("paulick_ihc(Tensor x, float[] consts, Tensor state) -> (Tensor, Tensor)")
 def _ihc_op(x: Tensor, consts: list[float], state: Tensor) -> tuple[Tensor, Tensor]:
     return _ihc_rows(_IHC.on(x), x, consts, state)
 
