@@ -332,14 +332,14 @@ def _samples_by_pooling(name: str, plan: Any, x: Tensor, store: Callable[..., No
     samples), in time blocks that bound its float64 output to :data:`_SAMPLES_BYTES` (at
     least :data:`_SAMPLES_BLOCK` samples: one launch for signals of a few seconds), each
     block's ``(B, C, bands, n)`` sums handed to ``store(t0, sums)``."""
-    gpu, B, T = _triton(name), x.shape[0], x.shape[-1]
-    state = gpu.rest_state(plan, B, x.device)
-    rows = B * plan.C * gpu.bands(plan)
+    gpu, B, T = _TritonPooled(name), x.shape[0], x.shape[-1]
+    state = list(gpu.rest_state(plan, x, 1, False).arrays)
+    rows = B * plan.C * _triton(name).bands(plan)
     step = max(_SAMPLES_BLOCK, _SAMPLES_BYTES // (8 * rows))
     for t0 in range(0, T, step):
         xs = x[:, t0 : t0 + step]
         n = xs.shape[-1]
-        sums, state = _triton("pooled").pooled(gpu, plan, xs, state, 1, [n] * B, False)
+        sums, state = gpu.pooled(plan, xs, state, 1, [n] * B, False)
         store(t0, sums)
 
 
