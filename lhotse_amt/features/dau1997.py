@@ -22,7 +22,28 @@ __all__ = ["Dau1997Config", "Dau1997Extractor"]
 
 
 @dataclass
-class Dau1997Config(AuditoryConfig):
+class DauFamilyConfig(AuditoryConfig):
+    """The fields that :class:`Dau1997Config` and
+    :class:`~lhotse_amt.features.osses2021.Osses2021Config` share (the same meaning,
+    defaults and checks, :func:`~lhotse_amt.features.casp_base.check_casp_config`): the
+    preset, the gammatone grid range, the adaptation limit, the modulation filterbank
+    settings, the output stage and the column layout."""
+
+    preset: str | None = None
+    flow: float = 80.0
+    fhigh: float = 8000.0
+    adaptation_limit: float | None = None
+    modulation_preset: str | None = None
+    max_mfc: float | None = None
+    use_upper_limit: bool | None = None
+    att_factor: float | None = None
+    lp150: bool | None = None
+    stage: str = "modulation"
+    layout: str = "compact"
+
+
+@dataclass
+class Dau1997Config(DauFamilyConfig):
     """Config of ``amt-dau1997``. Model fields left ``None`` take the model's defaults
     (or the ``preset``'s). See :class:`lhotse_amt.Dau1997`.
 
@@ -41,20 +62,9 @@ class Dau1997Config(AuditoryConfig):
     (``None`` where the default is ``None``).
     """
 
-    preset: str | None = None
-    flow: float = 80.0
-    fhigh: float = 8000.0
     basef: float | None = None
     ihc_method: str | None = None
-    adaptation_limit: float | None = None
-    modulation_preset: str | None = None
-    max_mfc: float | None = None
-    use_upper_limit: bool | None = None
-    att_factor: float | None = None
-    lp150: bool | None = None
     filter_type: str = "efilt"
-    stage: str = "modulation"
-    layout: str = "compact"
 
     def validate(self) -> None:
         super().validate()

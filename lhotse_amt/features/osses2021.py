@@ -15,15 +15,15 @@ from lhotse.features.base import register_extractor
 
 from .._validation import check_choice
 from ..models.osses2021 import OSSES2021_PRESETS, Osses2021
-from .base import AuditoryConfig
 from .casp_base import CASPExtractor, check_casp_config
+from .dau1997 import DauFamilyConfig
 from .frames import ChunkPlan, FrameAccumulator
 
 __all__ = ["Osses2021Config", "Osses2021Extractor"]
 
 
 @dataclass
-class Osses2021Config(AuditoryConfig):
+class Osses2021Config(DauFamilyConfig):
     """Config of ``amt-osses2021``; model fields left ``None`` take the model's defaults
     (or the ``preset``'s). See :class:`lhotse_amt.models.osses2021.Osses2021`.
 
@@ -42,19 +42,8 @@ class Osses2021Config(AuditoryConfig):
     Checked at construction as :class:`~lhotse_amt.features.dau1997.Dau1997Config`.
     """
 
-    preset: str | None = None
-    flow: float = 80.0
-    fhigh: float = 8000.0
     phase_type: str | None = None
     compensation: str | None = None
-    adaptation_limit: float | None = None
-    modulation_preset: str | None = None
-    max_mfc: float | None = None
-    use_upper_limit: bool | None = None
-    att_factor: float | None = None
-    lp150: bool | None = None
-    stage: str = "modulation"
-    layout: str = "compact"
 
     def validate(self) -> None:
         super().validate()
