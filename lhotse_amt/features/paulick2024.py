@@ -94,10 +94,18 @@ class Paulick2024Extractor(CASPExtractor):
     ``lcm(hop, R)`` input samples and carry all filter, loop and decimator states, so chunked
     extraction equals one-shot extraction. The pooling is a compiled ``O(D M)`` pass per
     chunk (operator ``lhotse_amt::pool_held``, :func:`lhotse_amt.ops.fused.pool_held`),
-    which also picks the ``compact`` layout's columns; on the CPU without gradient it runs
-    inside the modulation filterbank's pass (one model call per chunk,
-    :meth:`~lhotse_amt.models._base.StreamingModel.pooled_modulation`: the same values
-    without the sample-rate modulation output).
+    which also picks the ``compact`` layout's columns.
+
+    **Fused pooled path.** Without gradient, on the CPU or on CUDA (Triton), the
+    ``stage="modulation"`` features of the ``efilt`` bands come from one model call for
+    the whole batch, :meth:`~lhotse_amt.models.paulick2024.Paulick2024.pooled_frames`: the
+    ear filter, then DRNL, IHC, adaptation loops, decimator, modulation filterbank and frame
+    pooling in one operator (``lhotse_amt::paulick_pooled``; on the CPU one pass over the
+    samples with every state in registers and small buffers, no sample-rate or decimated
+    signal stored), so the kernel launches do not grow with the length and memory grows
+    with the frames. The same values, bit for bit, as the per-chunk path (front end, then
+    :meth:`~lhotse_amt.models._base.StreamingModel.pooled_modulation`, which serves
+    broken-stick exponents other than 1/4).
 
     **Mixing hooks** (``mix``/``scale``/``compute_energy``): as for ``amt-dau1997`` they invert
     the adaptation loops' steady state; here the loops' input is the IHC receptor potential
@@ -140,6 +148,48 @@ class Paulick2024Extractor(CASPExtractor):
             and model.pooled_modulation_supported()
         )
 
+    def _single_pass(self, model: torch.nn.Module, x: Tensor) -> bool:
+        # the whole chain pooled in one operator call (Paulick2024.pooled_frames)
+        return (
+            self._decimation() > 1
+            and self._fused_modulation_ok(model, x)
+            and model.pooled_frames_supported()
+        )
+
+    @staticmethod
+    def _frame_table(
+        acc: FrameAccumulator, t0: int, t1: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The frames of every item that start within ``[t0, t1)``: their start and stop
+        samples relative to ``t0`` ``(B, F)`` (padded) and their counts ``(B,)``."""
+        spans = [acc.frame_spans(b, t0, t1) for b in range(acc.batch)]
+        counts = np.array([len(s) for s, _ in spans], np.int64)
+        F = max(1, int(counts.max(initial=0)))
+        starts = np.zeros((acc.batch, F), np.int64)
+        stops = np.ones((acc.batch, F), np.int64)
+        for b, (s, e) in enumerate(spans):
+            starts[b, : len(s)] = s
+            stops[b, : len(e)] = e
+        return starts, stops, counts
+
+    def _add_frames(
+        self, acc: FrameAccumulator, frames: Tensor, counts: np.ndarray, dtype: torch.dtype
+    ) -> None:
+        """Frames ``(B, C, M + 1, F)`` (the first ``counts[b]`` valid) into ``acc``, the
+        layout's columns picked."""
+        cols = self._column_index()
+        idx = None if cols is None else torch.as_tensor(cols, device=frames.device)
+        f_np = frames.numpy() if frames.device.type == "cpu" else None
+        for b, n in enumerate(counts.tolist()):
+            if n == 0:
+                continue
+            if f_np is not None:
+                v = torch.from_numpy(np.ascontiguousarray(f_np[b, ..., :n]).reshape(-1, n))
+            else:
+                v = frames[b, ..., :n].reshape(-1, n)
+            v = v if idx is None else v[idx]
+            acc.add(b, v.to(dtype=dtype))
+
     def _chunk(
         self, model: torch.nn.Module, x: Tensor, state: Any, t0: int, acc: FrameAccumulator
     ) -> Any:
@@ -147,33 +197,19 @@ class Paulick2024Extractor(CASPExtractor):
         if R == 1:
             return super()._chunk(model, x, state, t0, acc)
         t1 = t0 + x.shape[-1]
-        cols = self._column_index()
         rms = self.config.pooling == "rms"
+        if self._single_pass(model, x):
+            starts, stops, counts = self._frame_table(acc, t0, t1)
+            frames = model.pooled_frames(x[:, 0], starts, stops, counts, rms)
+            self._add_frames(acc, frames, counts, model.dtype)
+            return state
         if self._fused_modulation_ok(model, x):
-            spans = [acc.frame_spans(b, t0, t1) for b in range(acc.batch)]
-            counts = np.array([len(s) for s, _ in spans], np.int64)
-            F = max(1, int(counts.max(initial=0)))
-            starts = np.zeros((acc.batch, F), np.int64)
-            stops = np.ones((acc.batch, F), np.int64)
-            for b, (s, e) in enumerate(spans):
-                starts[b, : len(s)] = s
-                stops[b, : len(e)] = e
-            sums, state = model.pooled_modulation(
+            starts, stops, counts = self._frame_table(acc, t0, t1)
+            frames, state = model.pooled_modulation(
                 x[:, 0], state, "resampled", R, starts, stops, counts, rms
             )
-            if sums is None:
-                return state
-            idx = None if cols is None else torch.as_tensor(cols, device=sums.device)
-            sums_np = sums.numpy() if sums.device.type == "cpu" else None
-            for b, n in enumerate(counts.tolist()):
-                if n == 0:
-                    continue
-                if sums_np is not None:
-                    v = torch.from_numpy(np.ascontiguousarray(sums_np[b, ..., :n]).reshape(-1, n))
-                else:
-                    v = sums[b, ..., :n].reshape(-1, n)
-                v = v if idx is None else v[idx]
-                acc.add(b, v.to(device=x.device, dtype=model.dtype))
+            if frames is not None:
+                self._add_frames(acc, frames, counts, model.dtype)
             return state
         from ..ops import fused  # compiled kernels: imported on first use
 
@@ -182,6 +218,7 @@ class Paulick2024Extractor(CASPExtractor):
         out, state = model.stream(x[:, 0], state, upto=self.config.stage)
         y = out[self.config.stage]
         y = y.reshape(y.shape[0], -1, y.shape[-1])
+        cols = self._column_index()
         for b in range(acc.batch):
             s, e = acc.frame_spans(b, t0, t1)
             if len(s):

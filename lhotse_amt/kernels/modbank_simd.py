@@ -223,14 +223,69 @@ def _blocks_kernel(j0, j1, x, P, Z, sc, y, SP, SL, M1):  # pragma: no cover - co
 
 
 @njit(**_NOPY)
+def pool_chunk(ob, n0, nt, T, s, e, F, R, f, first, mid, out, c0, nl, rms):  # noqa: E501  # pragma: no cover
+    # frames f, f + 1, ... (of F) of one item from the band outputs of one block of 8
+    # channels at held samples n0 .. n0 + nt - 1 (of T): ob (nt, D), row n band by band, 8
+    # channels each (D = 8 (M1 + 1)); frame g covers input samples [s[g], e[g]) of the
+    # signal held over R input samples per sample; out (C, M1 + 1, F) gets the mean (the
+    # rms if rms: ob holds squares) of the real lanes c0 .. c0 + nl - 1, with the
+    # arithmetic and summation order of lhotse_amt.kernels.paulick._pool_kernel. first/mid
+    # (D,) carry the open frame's first held value and inner sum to the next chunk.
+    # Returns the next frame
+    D = first.shape[0]
+    M1 = D // 8 - 1
+    n = 0  # frame by frame over the chunk's samples
+    while n < nt and f < F:
+        q = n0 + n
+        sf = s[f]
+        ef = e[f]
+        qa = sf // R
+        qb = min((ef - 1) // R, T - 1)
+        if q < qa:  # no frame uses the samples before qa
+            n = qa - n0
+            continue
+        if q == qa:
+            for i in range(D):
+                first[i] = ob[n, i]
+                mid[i] = 0.0
+            if qb > qa:
+                n += 1
+                continue
+        else:  # the frame's inner samples in this chunk, in order
+            stop = min(qb, n0 + nt) - n0
+            for nn in range(n, stop):
+                for i in range(D):
+                    mid[i] += ob[nn, i]
+            n = stop
+            if n == nt:
+                break
+        # sample qb (= q): the frame is complete; the next frame may start at qb too
+        d = np.float64(ef - sf)
+        wa = np.float64(min(qa * R + R, ef) - sf)
+        w1 = np.float64(qa * R + R - sf)
+        wr = np.float64(R)
+        wb = np.float64(min(qb * R + R, ef) - qb * R)
+        for m in range(M1 + 1):
+            for lane in range(nl):
+                i = m * 8 + lane
+                if qb == qa:
+                    acc = wa * first[i]
+                else:
+                    acc = w1 * first[i] + wr * mid[i] + wb * ob[n, i]
+                pv = acc / d
+                out[c0 + lane, m, f] = math.sqrt(pv) if rms else pv
+        f += 1
+    return f
+
+
+@njit(**_NOPY)
 def _pooled_kernel(j0, j1, x, P, Z, s, e, nf, R, out, SP, SL, M1, FLAGS):  # noqa: E501  # pragma: no cover
-    # as _blocks_kernel, but each band's output is pooled at once instead of written:
-    # out[b, c, m, f] = the mean (or rms) over input samples [s[b, f], e[b, f]) of the band
-    # output held over R input samples per sample, with the arithmetic and summation order
-    # of lhotse_amt.kernels.paulick._pool_kernel on the output rounded to its dtype. FLAGS:
-    # 1 (samples band by band in the buffer) | 2 (float32 output) | 4 (rms pooling); _mod8
-    # rounds and squares. Bands a channel lacks have scale 0, so their values are +-0.0
-    # (the written output's 0.0; the same pooled values)
+    # as _blocks_kernel, but each band's output is pooled at once instead of written
+    # (pool_chunk): out[b, c, m, f] = the mean (or rms) over input samples [s[b, f],
+    # e[b, f]) of the band output held over R input samples per sample, on the output
+    # rounded to its dtype. FLAGS: 1 (samples band by band in the buffer) | 2 (float32
+    # output) | 4 (rms pooling); _mod8 rounds and squares. Bands a channel lacks have
+    # scale 0, so their values are +-0.0 (the written output's 0.0; the same pooled values)
     literally(SP)
     literally(SL)
     literally(M1)
@@ -247,7 +302,6 @@ def _pooled_kernel(j0, j1, x, P, Z, s, e, nf, R, out, SP, SL, M1, FLAGS):  # noq
         first = np.zeros(D)  # value at a frame's first held sample
         mid = np.zeros(D)  # sum over the frame's inner held samples
         f = 0
-        F = nf[b]
         for n0 in range(0, T, _CHUNK):
             nt = min(_CHUNK, T - n0)
             for lane in range(8):
@@ -255,47 +309,7 @@ def _pooled_kernel(j0, j1, x, P, Z, s, e, nf, R, out, SP, SL, M1, FLAGS):  # noq
                 for n in range(nt):
                     ib[n, lane] = np.float64(xc[n0 + n])
             _mod8(ib, nt, P[blk], Z[b, blk], ob, SP, SL, M1, FLAGS)
-            n = 0  # frame by frame over the chunk's samples
-            while n < nt and f < F:
-                q = n0 + n
-                sf = s[b, f]
-                ef = e[b, f]
-                qa = sf // R
-                qb = min((ef - 1) // R, T - 1)
-                if q < qa:  # no frame uses the samples before qa
-                    n = qa - n0
-                    continue
-                if q == qa:
-                    for i in range(D):
-                        first[i] = ob[n, i]
-                        mid[i] = 0.0
-                    if qb > qa:
-                        n += 1
-                        continue
-                else:  # the frame's inner samples in this chunk, in order
-                    stop = min(qb, n0 + nt) - n0
-                    for nn in range(n, stop):
-                        for i in range(D):
-                            mid[i] += ob[nn, i]
-                    n = stop
-                    if n == nt:
-                        break
-                # sample qb (= q): the frame is complete; the next frame may start at qb too
-                d = np.float64(ef - sf)
-                wa = np.float64(min(qa * R + R, ef) - sf)
-                w1 = np.float64(qa * R + R - sf)
-                wr = np.float64(R)
-                wb = np.float64(min(qb * R + R, ef) - qb * R)
-                for m in range(M1 + 1):
-                    for lane in range(nl):
-                        i = m * 8 + lane
-                        if qb == qa:
-                            acc = wa * first[i]
-                        else:
-                            acc = w1 * first[i] + wr * mid[i] + wb * ob[n, i]
-                        pv = acc / d
-                        out[b, c0 + lane, m, f] = math.sqrt(pv) if rms else pv
-                f += 1
+            f = pool_chunk(ob, n0, nt, T, s[b], e[b], nf[b], R, f, first, mid, out[b], c0, nl, rms)
         restore_fp_mode(fp)
 
 

@@ -16,6 +16,9 @@ environment keeps the channel-vectorised kernel).
 
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
 import numpy as np
 import torch
 from numba import njit, prange
@@ -38,7 +41,7 @@ from .paulick import (
     _state_back,
 )
 
-__all__ = ["frontend"]
+__all__ = ["KernelInputs", "frontend", "kernel_inputs"]
 
 #: use :mod:`lhotse_amt.kernels.paulick_simd` where it applies (``LHOTSE_AMT_SIMD=0``: never)
 _SIMD = SIMD
@@ -164,6 +167,56 @@ def _frontend_kernel(
         restore_fp_mode(fp)
 
 
+class KernelInputs(NamedTuple):
+    """The front end's arguments as the kernels take them: ``x (N, T)`` float64, the DRNL
+    coefficients and section states, the IHC constants and state, the adaptation loops'
+    coefficients (``(J, Cp)``) and states (``(N, J, Cp)``) and the decimator history
+    (``(N, K - 1, Cp)``), every channel axis padded to ``Cp`` (a multiple of 8) on 64-byte
+    aligned rows; ``C`` the real channels, ``lead`` the batch shape."""
+
+    x: np.ndarray
+    drnl: tuple
+    c: float
+    drnl_state: tuple
+    ihc: np.ndarray
+    w: np.ndarray
+    aa: np.ndarray
+    mm: np.ndarray
+    s: np.ndarray
+    hist: np.ndarray
+    C: int
+    lead: tuple
+
+
+def kernel_inputs(
+    x: torch.Tensor, front: tuple, drnl_state: dict | None, hist: np.ndarray
+) -> KernelInputs:
+    """:class:`KernelInputs` of ``x`` and ``front``, :func:`frontend`'s arguments
+    ``drnl_coefs, ihc_consts, ihc_state, adapt_a, adapt_m, adapt_state`` (and any after
+    them), with the DRNL state ``drnl_state`` and the decimator history ``hist (N, K - 1,
+    C)`` (channel-last). Fresh arrays: the kernels update the states in place, never the
+    caller's."""
+    drnl_coefs, ihc_consts, ihc_state, adapt_a, adapt_m, adapt_state = front[:6]
+    g, lin_sos, nl1_sos, nl2_sos, a, b, c = drnl_coefs
+    lead, xn, args, zs = _drnl_args(x, g, lin_sos, nl1_sos, nl2_sos, a, b, drnl_state)
+    N = xn.shape[0]
+    dt = xn.dtype
+    C = args[0].shape[0]
+    J = adapt_a.shape[-1]
+    w = _np(ihc_state.expand(*lead, C).reshape(N, C), dt)
+    aa = _np(adapt_a.expand(C, J), dt).T
+    mm = _np(adapt_m.expand(C, J), dt).T
+    s = _np(adapt_state.expand(*lead, C, J).reshape(N, C, J), dt).transpose(0, 2, 1)
+    # the kernel's channel axis padded to a multiple of 8 (whole 512-bit vectors, no
+    # scalar remainder) on 64-byte-aligned rows; the padding lanes repeat the last channel
+    cp = -(-C // 8) * 8
+    pad = [_pad_channels(t, cp) for t in (*args, *zs, w, aa, mm, s, hist)]
+    return KernelInputs(
+        xn, tuple(pad[:6]), dt.type(c), tuple(pad[6:9]), _ihc_pack(ihc_consts, dt), *pad[9:],
+        C, lead,
+    )  # fmt: skip
+
+
 def frontend(
     x: torch.Tensor,
     drnl_coefs: tuple,
@@ -200,21 +253,9 @@ def frontend(
         adaptation output ``(B, C, T)`` (or the decimated ``(B, C, M)``) in ``x``'s dtype,
         the three new states and the new decimator state (``None`` without decimation).
     """
-    g, lin_sos, nl1_sos, nl2_sos, a, b, c = drnl_coefs
-    lead, xn, args, zs = _drnl_args(x, g, lin_sos, nl1_sos, nl2_sos, a, b, drnl_state)
-    N, T = xn.shape
-    dt = xn.dtype
-    C = args[0].shape[0]
-    J = adapt_a.shape[-1]
-    w = _np(ihc_state.expand(*lead, C).reshape(N, C), dt).copy()
-    aa = np.ascontiguousarray(_np(adapt_a.expand(C, J), dt).T)
-    mm = np.ascontiguousarray(_np(adapt_m.expand(C, J), dt).T)
-    # fresh arrays: the kernel updates its states in place, never the caller's
-    s = np.array(
-        _np(adapt_state.expand(*lead, C, J).reshape(N, C, J), dt).transpose(0, 2, 1),
-        order="C",
-        copy=True,
-    )
+    N, T = math.prod(x.shape[:-1]), x.shape[-1]
+    C = drnl_coefs[0].shape[0]
+    dt = np.dtype(np.float64)
     R = int(dec_factor) if dec_weight is not None else 0
     if R > 0:
         wd = _np(dec_weight.reshape(-1), dt)
@@ -225,8 +266,7 @@ def frontend(
         if h is None:
             hist = np.zeros((N, K - 1, C), dt)
         else:
-            h = _np(h.to(x.dtype).reshape(N, C, K - 1), dt)
-            hist = np.array(h.transpose(0, 2, 1), order="C", copy=True)
+            hist = _np(h.to(x.dtype).reshape(N, C, K - 1), dt).transpose(0, 2, 1)
         j0 = (-t0) % R
         M = max(0, -(-(T - j0) // R))
     else:
@@ -234,46 +274,28 @@ def frontend(
         hist = np.zeros((N, 0, C), dt)
         t0 = j0 = 0
         M = T
+    front = (drnl_coefs, ihc_consts, ihc_state, adapt_a, adapt_m, adapt_state)
+    k = kernel_inputs(x, front, drnl_state, hist)
+    lead = k.lead
+    J = k.aa.shape[0]
     y = _alloc.empty((N, C, M), _out_dtype(x))
     if T > 0:
-        # the kernel's channel axis padded to a multiple of 8 (whole 512-bit vectors, no
-        # scalar remainder) on 64-byte-aligned rows; the padding lanes repeat the last channel
-        cp = -(-C // 8) * 8
-        kargs = [_pad_channels(t, cp) for t in args]
-        kzs = [_pad_channels(z, cp) for z in zs]
-        kw, kaa, kmm, ks, khist = (_pad_channels(t, cp) for t in (w, aa, mm, s, hist))
         # with a decimator and the exponent 1/4, the kernel that keeps each block of 8
         # channels' states in registers (same recursion; measured ~1.3-1.6x faster)
         kernel = _frontend_kernel
-        if _SIMD and paulick_simd.supported(c, R):
+        if _SIMD and paulick_simd.supported(k.c, R):
             kernel = paulick_simd.frontend_kernel  # (on the jobs threads)
         else:
             _threads()
         kernel(
-            xn,
-            *kargs,
-            dt.type(c),
-            *kzs,
-            _ihc_pack(ihc_consts, dt),
-            kw,
-            kaa,
-            kmm,
-            ks,
-            dt.type(minlvl),
-            bool(use_limit),
-            dt.type(out_offset),
-            dt.type(out_scale),
-            wd,
-            khist,
-            j0,
-            R,
-            x.dtype == torch.float32,
-            y,
-        )
-        zs = [z[..., :C] for z in kzs]
-        w, s, hist = kw[:, :C], ks[..., :C], khist[..., :C]
+            k.x, *k.drnl, k.c, *k.drnl_state, k.ihc, k.w, k.aa, k.mm, k.s,
+            dt.type(minlvl), bool(use_limit), dt.type(out_offset), dt.type(out_scale),
+            wd, k.hist, j0, R, x.dtype == torch.float32, y,
+        )  # fmt: skip
+    zs = [z[..., :C] for z in k.drnl_state]
+    w, s, hist = k.w[:, :C], k.s[..., :C], k.hist[..., :C]
     dev = x.device
-    new_drnl = {k: _state_back(z, lead).to(dev) for k, z in zip(("lin", "nl1", "nl2"), zs)}
+    new_drnl = {key: _state_back(z, lead).to(dev) for key, z in zip(("lin", "nl1", "nl2"), zs)}
     s_out = torch.from_numpy(np.ascontiguousarray(s.transpose(0, 2, 1))).reshape(*lead, C, J)
     new_dec = None
     if R > 0:

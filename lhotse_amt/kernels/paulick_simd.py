@@ -32,6 +32,8 @@ fixed operation order, so chunked and one-shot processing agree bit for bit.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from llvmlite import ir
 from numba import literally, njit, types
@@ -42,7 +44,7 @@ from .fastmath import NO_CFUNC, denormals_off, restore_fp_mode
 from .jobs import literal_entry, run_jobs
 from .simd import WIDTH, Codegen, VecBuilder, vector_codegen
 
-__all__ = ["supported", "frontend_kernel"]
+__all__ = ["Packed", "frontend_kernel", "pack", "supported"]
 
 _NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy", **NO_CFUNC)
 _I64 = ir.IntType(64)
@@ -416,17 +418,33 @@ def _unblock(b: np.ndarray) -> np.ndarray:
     return np.moveaxis(b, -3, -2).reshape(*lead, rows, nb * w)
 
 
-def frontend_kernel(
-    x, g, lin, nl1, nl2, a, b, c, zl, z1, z2, p, w, aa, mm, s,
-    minlvl, use_limit, c0, sc, wd, hist, j0, R, round32, y,
-) -> None:  # fmt: skip
-    """Drop-in for :func:`lhotse_amt.kernels.paulick_frontend._frontend_kernel` with ``R >= 1`` and
-    ``c = 1/4`` (same arguments: channel axis padded to a multiple of 8, states updated in
-    place, ``y (N, C, M)`` written)."""
-    N, T = x.shape
+class Packed(NamedTuple):
+    """The front end's arguments in the register kernels' block layout: parameters
+    ``P (NG G, NP, 8)``, states ``Z (N, NG G, NZ, 8)``, decimator history
+    ``hist (N, NG G, K - 1, 8)`` (``NG`` groups of ``G`` blocks of 8 channels, the last
+    block repeated to fill the last group) and the literal structure ``G, SL, S1, S2, J``
+    and ``flags`` (1: overshoot limiter, 2: float32 rounding)."""
+
+    P: np.ndarray
+    Z: np.ndarray
+    hist: np.ndarray
+    G: int
+    SL: int
+    S1: int
+    S2: int
+    J: int
+    flags: int
+
+
+def pack(
+    g, lin, nl1, nl2, a, b, zl, z1, z2, p, w, aa, mm, s, minlvl, use_limit, c0, sc, hist, round32,
+) -> Packed:  # fmt: skip
+    """:class:`Packed` of the channel-padded arguments of
+    :func:`lhotse_amt.kernels.paulick_frontend._frontend_kernel` (channel axis a multiple
+    of 8)."""
+    N = zl.shape[0]
     SL, S1, S2 = lin.shape[1], nl1.shape[1], nl2.shape[1]
     J = aa.shape[0]
-    K = wd.shape[0]
     cp = g.shape[0]
     lay = _layout(SL, S1, S2, J)
 
@@ -458,16 +476,52 @@ def frontend_kernel(
             return a
         return np.concatenate([a, np.repeat(a[..., -1:], cg - cp, -1)], -1)
 
-    Pb, Zb, hb = _blocks(padded(Pm)), _blocks(padded(Zm)), _blocks(padded(hist))
     flags = int(bool(use_limit)) | (2 * int(bool(round32)))
-    args = (x, Pb, Zb, hb, np.ascontiguousarray(wd, np.float64), y, int(j0))
-    args = (*args, G, SL, S1, S2, J, K, int(R), flags)
-    run_jobs(literal_entry(_blocks_kernel, (0, 0, *args), 8), N * (Pb.shape[0] // G), args)
-    Zn = _unblock(Zb)[..., :cp]
+    blocks = (_blocks(padded(Pm)), _blocks(padded(Zm)), _blocks(padded(hist)))
+    return Packed(*blocks, G, SL, S1, S2, J, flags)
+
+
+def frontend_kernel(
+    x, g, lin, nl1, nl2, a, b, c, zl, z1, z2, p, w, aa, mm, s,
+    minlvl, use_limit, c0, sc, wd, hist, j0, R, round32, y,
+) -> None:  # fmt: skip
+    """Drop-in for :func:`lhotse_amt.kernels.paulick_frontend._frontend_kernel` with ``R >= 1`` and
+    ``c = 1/4`` (same arguments: channel axis padded to a multiple of 8, states updated in
+    place, ``y (N, C, M)`` written)."""
+    N = x.shape[0]
+    k = pack(
+        g,
+        lin,
+        nl1,
+        nl2,
+        a,
+        b,
+        zl,
+        z1,
+        z2,
+        p,
+        w,
+        aa,
+        mm,
+        s,
+        minlvl,
+        use_limit,
+        c0,
+        sc,
+        hist,
+        round32,
+    )  # noqa: E501
+    K = wd.shape[0]
+    args = (x, k.P, k.Z, k.hist, np.ascontiguousarray(wd, np.float64), y, int(j0))
+    args = (*args, k.G, k.SL, k.S1, k.S2, k.J, K, int(R), k.flags)
+    run_jobs(literal_entry(_blocks_kernel, (0, 0, *args), 8), N * (k.P.shape[0] // k.G), args)
+    cp = g.shape[0]
+    lay = _layout(k.SL, k.S1, k.S2, k.J)
+    Zn = _unblock(k.Z)[..., :cp]
     o = 0
-    for z, S in ((zl, SL), (z1, S1), (z2, S2)):
+    for z, S in ((zl, k.SL), (z1, k.S1), (z2, k.S2)):
         z[:] = Zn[:, o : o + 2 * S].reshape(N, S, 2, cp).transpose(0, 2, 1, 3)
         o += 2 * S
     w[:] = Zn[:, lay["w"]]
-    s[:] = Zn[:, lay["s"] : lay["s"] + J]
-    hist[:] = _unblock(hb)[..., :cp]
+    s[:] = Zn[:, lay["s"] : lay["s"] + k.J]
+    hist[:] = _unblock(k.hist)[..., :cp]

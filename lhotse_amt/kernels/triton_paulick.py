@@ -13,6 +13,10 @@ results and state layouts as the CPU kernels :func:`lhotse_amt.kernels.paulick.d
   sections and the sum in float64, cast to the output dtype once;
 * :func:`fir`: the strided FIR of :mod:`lhotse_amt.kernels.triton_fir` (float64
   accumulation in tap order; the CPU kernel sums phase by phase: last-bit differences);
+* :func:`pooled`: :func:`frontend` and the pooled modulation filterbank
+  (:func:`lhotse_amt.kernels.triton_modulation_pooled.modulation_pooled`) chunk by chunk
+  (:data:`POOLED_CHUNK` input samples, a multiple of the decimation factor), the frames
+  that straddle two chunks combined from their parts' means weighted by their lengths;
 * :func:`frontend`: :func:`drnl` (float64) -> the IHC recursion
   (:mod:`lhotse_amt.kernels.triton_ihc_paulick`: float64, reciprocal slopes as on the
   CPU) -> the adaptation loops with the overshoot limiter
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from .ihc_paulick_grad import IHC_STEP_KEYS
@@ -42,7 +47,7 @@ from .triton_fir import fir_forward
 from .triton_ihc_paulick import KERNELS as _IHC
 from .triton_sos import KERNELS as _SOS
 
-__all__ = ["drnl", "fir", "frontend"]
+__all__ = ["drnl", "fir", "frontend", "pooled"]
 
 Tensor = torch.Tensor
 F64 = torch.float64
@@ -181,3 +186,59 @@ def frontend(
         s.reshape(*lead, C, J),
         new_dec,
     )
+
+
+#: input samples per chunk of :func:`pooled` (rounded down to a multiple of the decimation
+#: factor): bounds the stage-wise intermediates, ``(N C, chunk)`` float64 each
+POOLED_CHUNK = 1 << 16
+
+
+def pooled(
+    x: Tensor, front: tuple, dec_weight: Tensor, dec_factor: int, mod_filters: tuple,
+    frames: tuple[Tensor, Tensor, Tensor], rms: bool, chunk: int | None = None,
+) -> Tensor:  # fmt: skip
+    """CUDA version of :func:`lhotse_amt.kernels.paulick_pooled.pooled` (same arguments and
+    result): :func:`frontend` with the decimator, then the pooled modulation filterbank,
+    over chunks of ``chunk`` input samples (``None``: :data:`POOLED_CHUNK`; rounded down
+    to a multiple of ``R = dec_factor``, so every chunk starts at a decimated sample)
+    carrying every state. A frame's value is the mean of its parts in the chunks it
+    overlaps, weighted by their lengths (squares for rms): the one-pass value to float
+    rounding."""
+    from .triton_modulation_pooled import modulation_pooled
+
+    dev = x.device
+    N, T = x.shape
+    drnl_coefs, ihc_consts, w, adapt_a, adapt_m, s, *consts = front
+    C, R = drnl_coefs[0].shape[0], int(dec_factor)
+    chunk = max(R, int(POOLED_CHUNK if chunk is None else chunk) // R * R)
+    st, sp, cnt = (t.detach().cpu().numpy().astype(np.int64) for t in frames)
+    st, sp = st.reshape(N, -1), sp.reshape(N, -1)
+    F = st.shape[1]
+    valid = np.arange(F)[None, :] < cnt.reshape(N, 1)
+    total = torch.zeros((N, C, mod_filters[2].shape[-1] + 1, F), dtype=F64, device=dev)
+    drnl_state, dec, mst = None, None, None
+    for t0 in range(0, T, chunk):
+        t1 = min(T, t0 + chunk)
+        y, drnl_state, w, s, dec = frontend(
+            x[:, t0:t1], drnl_coefs, drnl_state, ihc_consts, w, adapt_a, adapt_m, s, *consts,
+            dec_weight, R, dec,
+        )  # fmt: skip
+        lo, hi = np.maximum(st, t0), np.minimum(sp, t1)
+        inside = valid & (hi > lo)  # the frames overlapping the chunk: a run per row
+        first = np.where(inside.any(1), inside.argmax(1), 0)
+        n = inside.sum(1)
+        Fl = max(1, int(n.max(initial=0)))
+        idx = np.minimum(first[:, None] + np.arange(Fl)[None, :], F - 1)
+        ls = np.where(np.arange(Fl)[None, :] < n[:, None], np.take_along_axis(lo, idx, 1), t0)
+        le = np.where(np.arange(Fl)[None, :] < n[:, None], np.take_along_axis(hi, idx, 1), t0 + 1)
+        local = tuple(torch.from_numpy(a).to(dev) for a in (ls - t0, le - t0, n))
+        means, mst = modulation_pooled(y, mod_filters, mst, local, R, rms)
+        part = means.square() if rms else means
+        part = part * torch.from_numpy((le - ls).astype(np.float64)).to(dev)[:, None, None]
+        for b in range(N):
+            if n[b]:
+                f0 = int(first[b])
+                total[b, :, :, f0 : f0 + int(n[b])] += part[b, :, :, : int(n[b])]
+    length = torch.from_numpy(np.where(valid, sp - st, 1).astype(np.float64)).to(dev)
+    total = total / length[:, None, None]
+    return total.sqrt() if rms else total

@@ -60,7 +60,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .._validation import check_bool, check_choice, check_int
+from .._validation import as_float_tensor, check_bool, check_choice, check_int, check_signal
 from ..functional.adaptation import adaptation_coefficients
 from ..functional.iir import resolve_backend
 from ..functional.resample import kaiser_lowpass
@@ -360,36 +360,16 @@ class Paulick2024(DecisionMixin, StreamingModel):
         if fused:
             from ..ops import paulick
 
-            B, C = y.shape[0], self.num_channels
-            a, m, s0, minlvl, c0 = self._adapt_constants(y.dtype)
-            J = a.shape[-1]
-            ihc_c = {k: float(v) for k, v in self._ihc_step_constants(torch.float64).items()}
-            ist = state.get("ihc")
-            ist = y.new_zeros(B, C, dtype=torch.float64) if ist is None else ist
-            ast = state.get("adaptation")
-            ast = s0.expand(B, C, J) if ast is None else ast
-            d = self.drnl
             # with the decimated stages requested the decimator runs inside the kernel too
             # (no sample-rate output is stored; the "adaptation" stage is then not returned)
             dec = last >= names.index("resampled")
             ya, new["drnl"], new["ihc"], new["adaptation"], dst = paulick.frontend(
                 y,
-                (d.lin_gain, torch.cat([d.lin_gt, d.lin_lp], -2), d.nl_gt,
-                 torch.cat([d.nl_gt, d.nl_lp], -2), d.a, d.b, float(d.c)),
-                state.get("drnl"),
-                ihc_c,
-                ist,
-                a.expand(C, J),
-                m.expand(C, J),
-                ast,
-                minlvl,
-                self.adaptation.limit > 1.0,
-                c0,
-                100.0 / (1.0 - c0),
+                *self._frontend_args(y, state),
                 self.resampler.weight.reshape(-1) if dec else None,
                 self.resample_factor,
                 state.get("resampled"),
-            )  # fmt: skip
+            )
             y = ya
             if dec:
                 new["resampled"] = dst
@@ -420,6 +400,61 @@ class Paulick2024(DecisionMixin, StreamingModel):
                 )
             out["modulation"] = y
         return out, new
+
+    def _frontend_args(self, y: Tensor, state: dict[str, Any]) -> tuple:
+        """The arguments of :func:`lhotse_amt.ops.paulick.frontend` from ``drnl_coefs`` to
+        ``out_scale`` for the stapes velocity ``y (B, T)`` and the stream ``state`` (IHC and
+        adaptation states at rest where missing)."""
+        B, C = y.shape[0], self.num_channels
+        a, m, s0, minlvl, c0 = self._adapt_constants(y.dtype)
+        J = a.shape[-1]
+        ihc_c = {k: float(v) for k, v in self._ihc_step_constants(torch.float64).items()}
+        ist = state.get("ihc")
+        ist = y.new_zeros(B, C, dtype=torch.float64) if ist is None else ist
+        ast = state.get("adaptation")
+        ast = s0.expand(B, C, J) if ast is None else ast
+        d = self.drnl
+        coefs = (
+            d.lin_gain, torch.cat([d.lin_gt, d.lin_lp], -2), d.nl_gt,
+            torch.cat([d.nl_gt, d.nl_lp], -2), d.a, d.b, float(d.c),
+        )  # fmt: skip
+        return (coefs, state.get("drnl"), ihc_c, ist, a.expand(C, J), m.expand(C, J), ast,
+                minlvl, self.adaptation.limit > 1.0, c0, 100.0 / (1.0 - c0))  # fmt: skip
+
+    def pooled_frames_supported(self) -> bool:
+        """Whether :meth:`pooled_frames` runs this model (the register kernels: the
+        one-pole ``efilt`` modulation bands, broken-stick exponent 1/4, a decimator)."""
+        from ..ops import paulick
+
+        return self.pooled_modulation_supported() and paulick.pooled_supported(
+            float(self.drnl.c), self.resample_factor
+        )
+
+    def pooled_frames(
+        self, x: Tensor, starts: Any, stops: Any, counts: Any, square: bool
+    ) -> Tensor:
+        """No-grad inference of the whole model on ``x (B, T)`` from rest, pooled into
+        frames in one pass (operator ``lhotse_amt::paulick_pooled``, after the ear filter's
+        ``lhotse_amt::paulick_fir``: two launches and memory for the input and the frames,
+        whatever the length; needs :meth:`pooled_frames_supported`). Frame ``f`` of item
+        ``b`` is the mean (the rms if ``square``) of the modulation filterbank's output held
+        over ``R`` input samples per decimated sample, over input samples
+        ``[starts[b, f], stops[b, f])``, ``counts[b]`` frames (int64 arrays ``(B, F)``,
+        ``(B,)``). Returns ``(B, C, M + 1, F)`` float64: the frames of :meth:`stream` up to
+        ``"resampled"`` followed by :func:`lhotse_amt.ops.fused.modulation_pooled`."""
+        from ..ops import fused, paulick
+
+        x = self._to_model(as_float_tensor(x))
+        check_signal(x, min_samples=1, min_dim=2, max_dim=2, name="Paulick2024 input")
+        y = self.outer_middle_ear(x)
+        args = self._frontend_args(y, {})
+        frames = [
+            torch.from_numpy(np.ascontiguousarray(a, np.int64)) for a in (starts, stops, counts)
+        ]
+        return paulick.pooled(
+            y, (args[0], *args[2:]), self.resampler.weight.reshape(-1), self.resample_factor,
+            fused.pooled_filters(self.modulation), frames, bool(square),
+        )  # fmt: skip
 
     def _ihc_step_constants(self, dtype: torch.dtype) -> dict[str, Tensor]:
         from ..functional.ihc_paulick import ihc_step_constants

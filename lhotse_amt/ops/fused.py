@@ -68,6 +68,7 @@ __all__ = [
     "king_samples",
     "modulation_pooled",
     "modulation_pooled_supported",
+    "pooled_filters",
     "plan_handle",
     "pool_held",
 ]
@@ -421,6 +422,16 @@ def modulation_pooled_supported(mod: torch.nn.Module) -> bool:
     return bool(_modbank.ENABLED) and mod.poles.shape[-1] == 1 and mod.poles.shape[-2] > 1
 
 
+def pooled_filters(mod: torch.nn.Module) -> list[Tensor | None]:
+    """The one-pole modulation filterbank ``mod``'s coefficients as the pooled kernels take
+    them: ``lp_sos``, ``prefilter_sos`` (or ``None``), the band-pass poles and gains ``(C,
+    M)`` complex, ``use_abs (C, M)`` and ``scale (C, M + 1)``."""
+    return [
+        mod.lp_sos, mod.prefilter_sos, mod.poles[:, 1:, 0], mod.gains[:, 1:, 0],
+        mod.use_abs[:, 1:], mod.scale,
+    ]  # fmt: skip
+
+
 @_operator(
     "modulation_pooled(Tensor x, Tensor?[] filters, Tensor[] state, Tensor[] frames, int R, "
     "bool rms) -> (Tensor, Tensor[])"
@@ -491,10 +502,7 @@ def modulation_pooled(
     held samples ``[starts[b, f], stops[b, f])``. Returns ``(B, C, M + 1, F)`` float64
     and the filterbank's new state (keys ``lp``, ``bp``, ``pre``, as the unfused bank)."""
     st = [] if not state else [state[k] for k in ("lp", "bp", "pre") if k in state]
-    filters = [
-        mod.lp_sos, mod.prefilter_sos, mod.poles[:, 1:, 0], mod.gains[:, 1:, 0],
-        mod.use_abs[:, 1:], mod.scale,
-    ]  # fmt: skip
+    filters = pooled_filters(mod)
     frames = [torch.from_numpy(np.ascontiguousarray(a, np.int64)) for a in (starts, stops, counts)]
     out, new = _modulation_pooled(x, filters, st, frames, int(R), bool(rms))
     return out, dict(zip(("lp", "bp", "pre"), new))

@@ -50,14 +50,19 @@ from torch import Tensor
 
 from ..kernels import paulick as _paulick
 from ..kernels import paulick_frontend as _frontend
+from ..kernels import paulick_pooled as _pooled_cpu
 from ..kernels.ihc_paulick_grad import IHC_STEP_KEYS
 from .fused import _fake, _operator
 from .rowop import DeviceKernels
 
-__all__ = ["frontend", "fir", "drnl", "ihc"]
+__all__ = ["frontend", "fir", "drnl", "ihc", "pooled", "pooled_supported"]
 
 #: the DRNL's state keys, in the order of the operator's state list
 DRNL_STATE_KEYS = ("lin", "nl1", "nl2")
+
+#: the kernels of the pooled chain: the fused register kernel on the CPU, the front end's
+#: and the pooled modulation filterbank's Triton kernels chunk by chunk on CUDA
+_POOLED = DeviceKernels(_pooled_cpu.pooled, "triton_paulick", attr="pooled")
 
 #: the kernels of the front end, the FIR and the DRNL: numba on the CPU, the stage-wise
 #: Triton kernels (:mod:`lhotse_amt.kernels.triton_paulick`) on CUDA
@@ -292,3 +297,80 @@ def ihc(x: Tensor, consts: dict[str, float], state: Tensor) -> tuple[Tensor, Ten
     step constants (:func:`lhotse_amt.functional.ihc_paulick.ihc_step_constants`, floats).
     """
     return _ihc_op(x, [float(consts[k]) for k in IHC_STEP_KEYS], state)
+
+
+@_operator(
+    "paulick_pooled(Tensor x, Tensor g, Tensor lin_sos, Tensor nl1_sos, Tensor nl2_sos, "
+    "Tensor a, Tensor b, float c, float[] ihc_consts, Tensor ihc_state, Tensor adapt_a, "
+    "Tensor adapt_m, Tensor adapt_state, float minlvl, bool use_limit, float out_offset, "
+    "float out_scale, Tensor dec_weight, int dec_factor, Tensor?[] mod_filters, "
+    "Tensor[] frames, bool rms) -> Tensor"
+)
+def _pooled_op(
+    x: Tensor, g: Tensor, lin_sos: Tensor, nl1_sos: Tensor, nl2_sos: Tensor, a: Tensor,
+    b: Tensor, c: float, ihc_consts: list[float], ihc_state: Tensor, adapt_a: Tensor,
+    adapt_m: Tensor, adapt_state: Tensor, minlvl: float, use_limit: bool, out_offset: float,
+    out_scale: float, dec_weight: Tensor, dec_factor: int, mod_filters: list[Tensor | None],
+    frames: list[Tensor], rms: bool,
+) -> Tensor:  # fmt: skip
+    front = (
+        (g, lin_sos, nl1_sos, nl2_sos, a, b, c), dict(zip(IHC_STEP_KEYS, ihc_consts)),
+        ihc_state, adapt_a, adapt_m, adapt_state, minlvl, use_limit, out_offset, out_scale,
+    )  # fmt: skip
+    return _POOLED.on(x)(x, front, dec_weight, dec_factor, tuple(mod_filters), tuple(frames), rms)
+
+
+@_fake("paulick_pooled")
+def _(x: Tensor, g: Tensor, *args: Any) -> Tensor:
+    mod_filters, frames = args[-3], args[-2]
+    M1 = mod_filters[2].shape[-1]
+    return x.new_empty((x.shape[0], g.shape[0], M1 + 1, frames[0].shape[-1]), dtype=torch.float64)
+
+
+def pooled_supported(c: float, dec_factor: int) -> bool:
+    """Whether :func:`pooled` runs a front end with broken-stick exponent ``c`` and
+    decimation factor ``dec_factor`` (the register kernels: ``c = 1/4``, ``R >= 1``)."""
+    from ..kernels import SIMD, paulick_simd
+
+    return bool(SIMD) and paulick_simd.supported(c, dec_factor)
+
+
+def pooled(
+    x: Tensor,
+    front: tuple,
+    dec_weight: Tensor,
+    dec_factor: int,
+    mod_filters: list[Tensor | None],
+    frames: list[Tensor],
+    rms: bool,
+) -> Tensor:
+    """Operator ``lhotse_amt::paulick_pooled``: the whole chain after the ear filter on
+    ``x (B, T)`` (stapes velocity), pooled into frames in one pass (no gradient):
+    DRNL -> IHC -> adaptation loops -> FIR decimator by ``R = dec_factor`` (``front``:
+    :func:`frontend`'s arguments ``drnl_coefs, ihc_consts, ihc_state, adapt_a, adapt_m,
+    adapt_state, minlvl, use_limit, out_offset, out_scale``; the DRNL and the decimator
+    from rest, the IHC and loops from ``ihc_state``, ``adapt_state``) -> modulation
+    filterbank from rest (``mod_filters``: ``lp_sos``, ``prefilter_sos`` or ``None``, band
+    poles and gains ``(C, M)`` complex, ``use_abs (C, M)``, ``scale (C, M + 1)``) -> frame
+    ``f`` of row ``b`` the mean (the rms if ``rms``) of the band outputs held over ``R``
+    input samples per decimated sample, over input samples ``[starts[b, f], stops[b,
+    f])``, ``counts[b]`` frames (``frames``: ``starts, stops (B, F)``, ``counts (B,)``
+    int64, on the CPU).
+
+    CPU: one register kernel (:func:`lhotse_amt.kernels.paulick_pooled.pooled`), one
+    launch whatever the length, memory the input and the frames; CUDA: the front end's and
+    the pooled filterbank's Triton kernels chunk by chunk
+    (:func:`lhotse_amt.kernels.triton_paulick.pooled`). Needs :func:`pooled_supported`.
+
+    Returns:
+        ``(B, C, M + 1, F)`` float64 (0 for bands a channel lacks and frames past
+        ``counts[b]``).
+    """
+    (g, lin_sos, nl1_sos, nl2_sos, a, b, c), ihc_consts, *states_and_loops = front[:6]
+    minlvl, use_limit, out_offset, out_scale = front[6:10]
+    return _pooled_op(
+        x, g, lin_sos, nl1_sos, nl2_sos, a, b, float(c),
+        [float(ihc_consts[k]) for k in IHC_STEP_KEYS], *states_and_loops, float(minlvl),
+        bool(use_limit), float(out_offset), float(out_scale), dec_weight, int(dec_factor),
+        list(mod_filters), list(frames), bool(rms),
+    )  # fmt: skip

@@ -1,6 +1,7 @@
 """Kernel launches per ``extract_batch`` (:mod:`launch_counter`: torch operator calls and
 calls into the numba kernels) do not grow with the signal's length: the fused pooled path
-runs the whole batch in one pass, however many ``chunk_duration`` chunks it spans (its
+(Paulick2024: the ear filter, then the rest of the chain pooled in one operator) runs the
+whole batch in one pass, however many ``chunk_duration`` chunks it spans (its
 memory grows with the frames only), while the per-stage path runs once per chunk. On
 CUDA the same path runs the pooled operators' Triton kernels (one launch per operator
 call, counted as the operator call): counted there too, with the fused operator called
@@ -14,15 +15,18 @@ import pytest
 import torch
 from launch_counter import count_launches, growth
 
-from lhotse_amt.features import Dau1997Config, King2019Config, Osses2021Config
+from lhotse_amt.features import Dau1997Config, King2019Config, Osses2021Config, Paulick2024Config
 from lhotse_amt.features.dau1997 import Dau1997Extractor
 from lhotse_amt.features.king2019 import King2019Extractor
 from lhotse_amt.features.osses2021 import Osses2021Extractor
+from lhotse_amt.features.paulick2024 import Paulick2024Extractor
 
 EXTRACTORS = {
     "dau1997": (Dau1997Extractor, Dau1997Config, "casp_pooled"),
     "king2019": (King2019Extractor, King2019Config, "king_pooled"),
     "osses2021": (Osses2021Extractor, Osses2021Config, "casp_pooled"),
+    # the ear filter (paulick_fir), then the rest of the chain pooled (paulick_pooled)
+    "paulick2024": (Paulick2024Extractor, Paulick2024Config, "paulick_pooled"),
 }
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -32,7 +36,7 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_extract_batch_launches_do_not_grow_with_length(name, device):
     cls, cfg, op = EXTRACTORS[name]
     # 0.5-s chunks: the short batch fits in two, the long one needs eight
-    ex = cls(cfg(flow=500.0, fhigh=2000.0, chunk_duration=0.5, device=device))
+    ex = cls(cfg(sampling_rate=16000, flow=500.0, fhigh=2000.0, chunk_duration=0.5, device=device))
     rng = np.random.default_rng(0)
     x = (0.05 * rng.standard_normal(64000)).astype(np.float32)
     counts = []

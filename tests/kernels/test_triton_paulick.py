@@ -1,7 +1,7 @@
 """The CUDA kernels of Paulick et al. (2024)'s no-grad operators
 (:mod:`lhotse_amt.kernels.triton_paulick`: ``paulick_drnl``, ``paulick_fir``,
-``paulick_frontend`` composed of the stage operators' Triton kernels) against the CPU
-operators.
+``paulick_frontend`` composed of the stage operators' Triton kernels, ``paulick_pooled``
+chunk by chunk) against the CPU operators.
 
 In Triton's CPU interpreter the operators run with their CUDA kernels on CPU tensors
 (:class:`lhotse_amt.ops.rowop.DeviceKernels` made to pick the CUDA functions): a real
@@ -66,6 +66,27 @@ def frontend(x, coefs, const, st):
     return ops.frontend(x, coefs, **const, **st)
 
 
+def pooled_args(m, C, B, T, hop, lengths):
+    # the arguments of ops.pooled after x: the front end's (from rest), the model's
+    # modulation filterbank, the frames of hop samples of items of the given lengths
+    import numpy as np
+    from lhotse_amt.ops import fused
+
+    const, rest = frontend_args(m, C, B, True)
+    counts = np.array([-(-n // hop) for n in lengths])
+    f = np.arange(counts.max())
+    starts = np.tile(f * hop, (B, 1))
+    stops = np.minimum((f + 1) * hop, np.array(lengths)[:, None])
+    frames = [torch.from_numpy(a.astype(np.int64)) for a in (starts, stops, counts)]
+    front = (
+        const["ihc_consts"], rest["ihc_state"], const["adapt_a"], const["adapt_m"],
+        rest["adapt_state"], const["minlvl"], const["use_limit"], const["out_offset"],
+        const["out_scale"],
+    )  # fmt: skip
+    filters = fused.pooled_filters(m.modulation)
+    return front, const["dec_weight"], const["dec_factor"], filters, frames
+
+
 def carried(out):
     return dict(drnl_state=out[1], ihc_state=out[2], adapt_state=out[3], dec_state=out[4])
 
@@ -113,6 +134,7 @@ _SCRIPT = (
     + """
 from lhotse_amt.kernels import paulick as k_paulick
 from lhotse_amt.kernels import paulick_frontend as k_frontend
+from lhotse_amt.kernels import paulick_pooled as k_pooled
 from lhotse_amt.kernels import triton_paulick as tri
 
 # the operators' kernel choice per device
@@ -120,6 +142,7 @@ for kern, cpu, cuda in (
     (ops._FRONTEND, k_frontend.frontend, tri.frontend),
     (ops._FIR, k_paulick.fir, tri.fir),
     (ops._DRNL, k_paulick.drnl, tri.drnl),
+    (ops._POOLED, k_pooled.pooled, tri.pooled),
 ):
     assert kern.for_device("cpu") is cpu and kern.for_device("cuda") is cuda
 
@@ -187,6 +210,15 @@ for dtype, K, stride, start, n_out in (
     w = torch.randn(K, generator=g, dtype=D).to(dtype)
     got, ref = both(lambda: ops.fir(buf, w, start, stride, n_out))
     close("fir", got, ref, 1e-12 if dtype == D else 1e-6)
+
+# the pooled chain: chunks of 48 input samples (frames of 30 samples straddle them), items
+# of different lengths, mean and rms, against the CPU's one pass
+tri.POOLED_CHUNK = 48
+for dtype, rms in ((D, False), (torch.float32, True)):
+    x = signal(B, T, dtype)
+    front, *args = pooled_args(m, C, B, T, 30, [T, 101])
+    got, ref = both(lambda: ops.pooled(x, (coefs, *front), *args, rms))
+    close("pooled", got, ref, 1e-10 if dtype == D else 1e-5)
 print("ok")
 """
 )
@@ -242,3 +274,14 @@ def test_paulick_operators_cuda_match_cpu(dtype):
     n_out = (T - 3 - w.shape[0]) // 4 + 1
     ref = ops.fir(buf, w, 3, 4, n_out)
     scope["close"]("fir", ops.fir(buf.cuda(), w.cuda(), 3, 4, n_out), ref, tol)
+
+    # the pooled chain (several chunks of the CUDA host), frames on the CPU
+    tri = pytest.importorskip("lhotse_amt.kernels.triton_paulick")
+    front, *args = scope["pooled_args"](m, C, B, T, 441, [T, 3001])
+    ref = ops.pooled(x, (coefs, *front), *args, False)
+    old, tri.POOLED_CHUNK = tri.POOLED_CHUNK, 2000
+    try:
+        got = ops.pooled(x.cuda(), cuda((coefs, *front)), *cuda(args[:-1]), args[-1], False)
+    finally:
+        tri.POOLED_CHUNK = old
+    scope["close"]("pooled", got, ref, 1e-10 if dtype == D else 1e-5)
