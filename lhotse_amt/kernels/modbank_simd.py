@@ -222,7 +222,7 @@ def _blocks_kernel(j0, j1, x, P, Z, sc, y, SP, SL, M1):  # pragma: no cover - co
         restore_fp_mode(fp)
 
 
-@njit(**_NOPY)
+@njit(inline="always", **_NOPY)
 def pool_chunk(ob, n0, nt, T, s, e, F, R, f, first, mid, out, c0, nl, rms):  # noqa: E501  # pragma: no cover
     # frames f, f + 1, ... (of F) of one item from the band outputs of one block of 8
     # channels at held samples n0 .. n0 + nt - 1 (of T): ob (nt, D), row n band by band, 8

@@ -68,6 +68,7 @@ def _pooled_kernel(
     rms = (MFLAGS & 4) != 0
     D = (M1 + 1) * 8
     Mc = _CHUNK // R + 1  # most decimated samples of one chunk
+    Rv = np.int64(R)  # not a literal: pool_chunk's one compiled version serves every R
     for t in range(t0, t1):
         r = t // NG
         b0 = (t - r * NG) * G
@@ -81,7 +82,7 @@ def _pooled_kernel(
         first = np.zeros((G, D))
         mid = np.zeros((G, D))
         fg = np.zeros(G, np.int64)
-        i = 0  # decimated samples so far
+        i = np.int64(0)  # decimated samples so far (not a literal 0: one pool_chunk version)
         for c0 in range(0, T, _CHUNK):
             tc = min(_CHUNK, T - c0)
             for g in range(G):
@@ -99,7 +100,7 @@ def _pooled_kernel(
                             ib[ii, lane] = np.float64(np.float32(v)) if round32 else v
                     _mod8(ib, cnt, PM[blk], ZM[r, blk], ob, SP, SM, M1, MFLAGS)
                     fg[g] = pool_chunk(
-                        ob, i, cnt, Td, s[r], e[r], nf[r], R, fg[g], first[g], mid[g], out[r],
+                        ob, i, cnt, Td, s[r], e[r], nf[r], Rv, fg[g], first[g], mid[g], out[r],
                         blk * 8, min(8, C - blk * 8), rms,
                     )  # fmt: skip
                 i += cnt
