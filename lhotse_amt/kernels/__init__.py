@@ -11,6 +11,9 @@ Compiled CPU kernels are cached on disk by numba (``cache=True``): next to the s
 (``__pycache__``) where the package directory is writable, else in the user's cache
 directory (numba's fallback, e.g. ``~/.cache/numba``); ``NUMBA_CACHE_DIR`` chooses the
 directory. ``lhotse-amt amt warmup`` fills the cache, e.g. when building a container image.
+A warm process loads the cached specialisations without numba's refresh of its whole CPU
+target (:mod:`lhotse_amt.kernels.cache_load`): each module of this package has its numba
+dispatchers switched to that loading as it is imported.
 
 Importing the package leaves numba's settings alone. :func:`use_fork_safe_threading`
 (called by the ``lhotse-amt`` CLI) makes numba prefer threading layers that survive
@@ -19,6 +22,8 @@ Importing the package leaves numba's settings alone. :func:`use_fork_safe_thread
 
 import functools
 import os
+import sys
+import types
 from typing import Any
 
 #: numba's threading layers in the order :func:`use_fork_safe_threading` prefers them
@@ -71,3 +76,24 @@ def triton_module() -> Any:
     except Exception:  # pragma: no cover - depends on the installation
         return None
     return triton
+
+
+class _KernelsPackage(types.ModuleType):
+    """This package's module class: importing a submodule binds it here as an attribute
+    (the import system's ``setattr(parent, name, submodule)``, after the submodule ran),
+    and then its numba dispatchers are switched to loading their cached specialisations
+    directly (:func:`lhotse_amt.kernels.cache_load.load_directly`)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if (
+            isinstance(value, types.ModuleType)
+            and value.__name__ == f"{self.__name__}.{name}"
+            and "numba" in sys.modules  # a module without numba has no dispatcher
+        ):
+            from .cache_load import load_directly
+
+            load_directly(vars(value))
+
+
+sys.modules[__name__].__class__ = _KernelsPackage
