@@ -1,7 +1,7 @@
-"""Paulick et al. (2024)'s whole no-grad chain after the ear filter, pooled into frames in
-one pass per batch row and group of channels, on the CPU.
+"""Paulick et al. (2024)'s whole no-grad chain, pooled into frames in one pass per batch
+row and group of channels, on the CPU.
 
-DRNL -> IHC -> adaptation loops -> FIR decimator (the register kernels of
+Ear filter -> DRNL -> IHC -> adaptation loops -> FIR decimator (the register kernels of
 :mod:`lhotse_amt.kernels.paulick_simd`) -> modulation filterbank (``efilt``, the register
 kernel of :mod:`lhotse_amt.kernels.modbank_simd`) -> frame pooling of the band outputs held
 over ``R`` input samples per decimated sample
@@ -9,10 +9,13 @@ over ``R`` input samples per decimated sample
 of 8 channels) runs over the whole signal in chunks of
 :data:`~lhotse_amt.kernels.paulick_simd._CHUNK` input samples with every state in small
 buffers, so neither the sample-rate nor the decimated signal is stored: memory is the
-input and the frames, whatever the signal's length, and the work is one kernel launch.
+input (read in place) and the frames, whatever the signal's length, and the work is one
+kernel launch.
 
-The arithmetic is that of the front end followed by the pooled modulation filterbank
-(:func:`lhotse_amt.kernels.paulick_frontend.frontend`, then
+The ear filter runs inside too, chunk by chunk from the input (read in place). The
+arithmetic is that of the ear filter, the front end and the pooled modulation filterbank
+one after the other (:func:`lhotse_amt.kernels.paulick.fir`,
+:func:`lhotse_amt.kernels.paulick_frontend.frontend`, then
 :func:`lhotse_amt.kernels.modbank_simd.modulation_bank_pooled`): the decimated samples
 rounded to float32 for float32 models as the stage-wise output is, the same operation
 order, so the frames equal theirs bit for bit.
@@ -38,10 +41,11 @@ _NOPY = dict(nogil=True, cache=True, fastmath=False, error_model="numpy", **NO_C
 
 @njit(**_NOPY)
 def _pooled_kernel(
-    t0, t1, x, P, Z, wd, PM, ZM, s, e, nf, out,
+    t0, t1, x, we, P, Z, wd, PM, ZM, s, e, nf, out,
     G, SL, S1, S2, J, K, R, FLAGS, SP, SM, M1, MFLAGS,
 ):  # noqa: E501  # pragma: no cover - compiled  # fmt: skip
     # jobs t0 .. t1 of N * NG (row, group of G blocks of the front end's layout, P, Z);
+    # x (N, T) the input (float32 or float64), we (KE,) the ear filter's flipped taps;
     # the modulation bank's parameters PM (NB, NPM, 8) and states ZM (N, NB, NZM, 8) per
     # block (NB <= NG G: the group padding blocks have none); s, e (N, F) frame spans,
     # nf (N,) frames per row; out (N, C, M1 + 1, F). FLAGS: the front end's (1 limiter,
@@ -69,12 +73,17 @@ def _pooled_kernel(
     D = (M1 + 1) * 8
     Mc = _CHUNK // R + 1  # most decimated samples of one chunk
     Rv = np.int64(R)  # not a literal: pool_chunk's one compiled version serves every R
+    KE = we.shape[0]
+    q4 = KE - KE % 4
     for t in range(t0, t1):
         r = t // NG
         b0 = (t - r * NG) * G
         fp = denormals_off()
         Pg = P[b0 : b0 + G]
         Zg = Z[r, b0 : b0 + G]
+        xs = np.empty(KE - 1 + _CHUNK)  # the chunk's ear-filter input, history in front
+        acc = np.empty(_CHUNK)
+        xe = np.empty(_CHUNK)  # the ear filter's output: the DRNL's input
         buf = np.zeros((H + _CHUNK, G, 8))  # the decimator's history at rest: zeros
         yb = np.empty((G, Mc, 8))
         ib = np.empty((Mc, 8))
@@ -85,8 +94,28 @@ def _pooled_kernel(
         i = np.int64(0)  # decimated samples so far (not a literal 0: one pool_chunk version)
         for c0 in range(0, T, _CHUNK):
             tc = min(_CHUNK, T - c0)
+            # the ear filter (zeros before the signal), the sum of paulick._fir_kernel:
+            # float64, four taps per sweep in tap order, rounded to the input's dtype
+            for j in range(KE - 1 + tc):
+                n = c0 - (KE - 1) + j
+                xs[j] = np.float64(x[r, n]) if n >= 0 else 0.0
+            for ii in range(tc):
+                acc[ii] = 0.0
+            for q in range(0, q4, 4):
+                w0, w1, w2, w3 = we[q], we[q + 1], we[q + 2], we[q + 3]
+                for ii in range(tc):
+                    acc[ii] = (
+                        ((acc[ii] + w0 * xs[ii + q]) + w1 * xs[ii + q + 1]) + w2 * xs[ii + q + 2]
+                    ) + w3 * xs[ii + q + 3]
+            for q in range(q4, KE):
+                wq = we[q]
+                for ii in range(tc):
+                    acc[ii] += wq * xs[ii + q]
+            for ii in range(tc):
+                u = 0.0 + acc[ii]
+                xe[ii] = np.float64(np.float32(u)) if round32 else u
             for g in range(G):
-                _drnl8(x[r], c0, tc, Pg, Zg, buf, H, g, G, SL, S1, S2)
+                _drnl8(xe, 0, tc, Pg, Zg, buf, H, g, G, SL, S1, S2)
             _hair8(buf, H, tc, Pg, Zg, G, SL, S1, S2, J, FLAGS)
             first_row = i * R - c0
             if first_row < tc:
@@ -113,6 +142,7 @@ def _pooled_kernel(
 
 def pooled(
     x: torch.Tensor,
+    ear_weight: torch.Tensor,
     front: tuple,
     dec_weight: torch.Tensor,
     dec_factor: int,
@@ -120,24 +150,29 @@ def pooled(
     frames: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     rms: bool,
 ) -> torch.Tensor:
-    """The front end (``front``: :func:`lhotse_amt.kernels.paulick_frontend.frontend`'s
-    arguments ``drnl_coefs, ihc_consts, ihc_state, adapt_a, adapt_m, adapt_state, minlvl,
-    use_limit, out_offset, out_scale``; the DRNL and the decimator from rest) and the
-    modulation filterbank (``mod_filters``: as
-    :func:`lhotse_amt.kernels.modbank_simd.modulation_bank`'s, from rest) on ``x (N, T)``,
-    pooled: ``frames`` are ``starts, stops, counts``; row ``b`` has ``counts[b]`` frames,
-    frame ``f`` the mean (the rms if ``rms``) of the band outputs held over ``R =
-    dec_factor`` input samples per decimated sample, over input samples ``[starts[b, f],
-    stops[b, f])`` (``(N, F)`` int64, increasing). Needs the broken-stick exponent 1/4 and
-    ``R >= 1`` (:func:`lhotse_amt.kernels.paulick_simd.supported`). Returns ``(N, C, M + 1,
-    F)`` float64 (0 for bands a channel lacks)."""
+    """The ear filter (``ear_weight (K,)``: its flipped taps, ``y[n] = sum_k w[k] x[n - K +
+    1 + k]``, zeros before the signal, rounded to ``x``'s dtype: the sum of
+    :func:`lhotse_amt.kernels.paulick.fir`), the front end (``front``: the arguments
+    ``drnl_coefs, ihc_consts, ihc_state, adapt_a, adapt_m, adapt_state, minlvl, use_limit,
+    out_offset, out_scale`` of :func:`lhotse_amt.kernels.paulick_frontend.frontend`; the
+    DRNL and the decimator from rest) and the modulation filterbank (``mod_filters``: as
+    :func:`lhotse_amt.kernels.modbank_simd.modulation_bank`'s, from rest) on the input ``x
+    (N, T)`` (float32 or float64, read in place), pooled: ``frames`` are ``starts, stops,
+    counts``; row ``b`` has ``counts[b]`` frames, frame ``f`` the mean (the rms if ``rms``)
+    of the band outputs held over ``R = dec_factor`` input samples per decimated sample,
+    over input samples ``[starts[b, f], stops[b, f])`` (``(N, F)`` int64, increasing).
+    Needs the broken-stick exponent 1/4 and ``R >= 1``
+    (:func:`lhotse_amt.kernels.paulick_simd.supported`). Returns ``(N, C, M + 1, F)``
+    float64 (0 for bands a channel lacks)."""
     N, T = x.shape
     C = front[0][0].shape[0]
     minlvl, use_limit, out_offset, out_scale = front[6:10]
     wd = np.ascontiguousarray(dec_weight.detach().cpu().numpy().reshape(-1), np.float64)
     K, R = wd.shape[0], int(dec_factor)
     hist = np.zeros((N, K - 1, C))
-    k = kernel_inputs(x, front, None, hist)
+    k = kernel_inputs(x[:, :0], front, None, hist)
+    xn = x.detach().numpy()
+    we = np.ascontiguousarray(ear_weight.detach().numpy().reshape(-1), np.float64)
     round32 = x.dtype == torch.float32
     f = pack(
         *k.drnl, *k.drnl_state, k.ihc, k.w, k.aa, k.mm, k.s, minlvl, use_limit, out_offset,
@@ -149,7 +184,7 @@ def pooled(
     out = np.zeros((N, C, mod.M1 + 1, starts.shape[1]))
     if T > 0:
         mflags = 1 | 2 * int(round32) | 4 * int(bool(rms))
-        args = (k.x, f.P, f.Z, wd, mod.P, mod.Z, starts, stops, counts, out)
+        args = (xn, we, f.P, f.Z, wd, mod.P, mod.Z, starts, stops, counts, out)
         args = (*args, f.G, f.SL, f.S1, f.S2, f.J, K, R, f.flags, *mod.literals(), mflags)
         run_jobs(literal_entry(_pooled_kernel, (0, 0, *args), 12), N * (f.P.shape[0] // f.G), args)
     return torch.from_numpy(out)

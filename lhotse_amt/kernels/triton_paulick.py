@@ -194,11 +194,13 @@ POOLED_CHUNK = 1 << 16
 
 
 def pooled(
-    x: Tensor, front: tuple, dec_weight: Tensor, dec_factor: int, mod_filters: tuple,
-    frames: tuple[Tensor, Tensor, Tensor], rms: bool, chunk: int | None = None,
+    x: Tensor, ear_weight: Tensor, front: tuple, dec_weight: Tensor, dec_factor: int,
+    mod_filters: tuple, frames: tuple[Tensor, Tensor, Tensor], rms: bool,
+    chunk: int | None = None,
 ) -> Tensor:  # fmt: skip
     """CUDA version of :func:`lhotse_amt.kernels.paulick_pooled.pooled` (same arguments and
-    result): :func:`frontend` with the decimator, then the pooled modulation filterbank,
+    result): the ear filter (:func:`fir`, its history read from ``x``), :func:`frontend`
+    with the decimator, then the pooled modulation filterbank,
     over chunks of ``chunk`` input samples (``None``: :data:`POOLED_CHUNK`; rounded down
     to a multiple of ``R = dec_factor``, so every chunk starts at a decimated sample)
     carrying every state. A frame's value is the mean of its parts in the chunks it
@@ -217,10 +219,18 @@ def pooled(
     valid = np.arange(F)[None, :] < cnt.reshape(N, 1)
     total = torch.zeros((N, C, mod_filters[2].shape[-1] + 1, F), dtype=F64, device=dev)
     drnl_state, dec, mst = None, None, None
+    we = ear_weight.detach().reshape(-1).to(device=dev, dtype=x.dtype)
+    K = we.shape[0]
     for t0 in range(0, T, chunk):
         t1 = min(T, t0 + chunk)
+        # the ear filter's output for the chunk (zeros before the signal)
+        a = max(0, t0 - (K - 1))
+        buf = x[:, a:t1]
+        if a > t0 - (K - 1):
+            buf = torch.nn.functional.pad(buf, (a - (t0 - (K - 1)), 0))
+        u = fir(buf, we, 0, 1, t1 - t0)
         y, drnl_state, w, s, dec = frontend(
-            x[:, t0:t1], drnl_coefs, drnl_state, ihc_consts, w, adapt_a, adapt_m, s, *consts,
+            u, drnl_coefs, drnl_state, ihc_consts, w, adapt_a, adapt_m, s, *consts,
             dec_weight, R, dec,
         )  # fmt: skip
         lo, hi = np.maximum(st, t0), np.minimum(sp, t1)

@@ -434,9 +434,9 @@ class Paulick2024(DecisionMixin, StreamingModel):
         self, x: Tensor, starts: Any, stops: Any, counts: Any, square: bool
     ) -> Tensor:
         """No-grad inference of the whole model on ``x (B, T)`` from rest, pooled into
-        frames in one pass (operator ``lhotse_amt::paulick_pooled``, after the ear filter's
-        ``lhotse_amt::paulick_fir``: two launches and memory for the input and the frames,
-        whatever the length; needs :meth:`pooled_frames_supported`). Frame ``f`` of item
+        frames in one pass (operator ``lhotse_amt::paulick_pooled``, the ear filter included:
+        one launch and memory for the frames, whatever the length; needs
+        :meth:`pooled_frames_supported`). Frame ``f`` of item
         ``b`` is the mean (the rms if ``square``) of the modulation filterbank's output held
         over ``R`` input samples per decimated sample, over input samples
         ``[starts[b, f], stops[b, f])``, ``counts[b]`` frames (int64 arrays ``(B, F)``,
@@ -446,13 +446,13 @@ class Paulick2024(DecisionMixin, StreamingModel):
 
         x = self._to_model(as_float_tensor(x))
         check_signal(x, min_samples=1, min_dim=2, max_dim=2, name="Paulick2024 input")
-        y = self.outer_middle_ear(x)
-        args = self._frontend_args(y, {})
+        args = self._frontend_args(x, {})
         frames = [
             torch.from_numpy(np.ascontiguousarray(a, np.int64)) for a in (starts, stops, counts)
         ]
         return paulick.pooled(
-            y, (args[0], *args[2:]), self.resampler.weight.reshape(-1), self.resample_factor,
+            x, self.outer_middle_ear.weight.reshape(-1), (args[0], *args[2:]),
+            self.resampler.weight.reshape(-1), self.resample_factor,
             fused.pooled_filters(self.modulation), frames, bool(square),
         )  # fmt: skip
 

@@ -300,28 +300,30 @@ def ihc(x: Tensor, consts: dict[str, float], state: Tensor) -> tuple[Tensor, Ten
 
 
 @_operator(
-    "paulick_pooled(Tensor x, Tensor g, Tensor lin_sos, Tensor nl1_sos, Tensor nl2_sos, "
-    "Tensor a, Tensor b, float c, float[] ihc_consts, Tensor ihc_state, Tensor adapt_a, "
-    "Tensor adapt_m, Tensor adapt_state, float minlvl, bool use_limit, float out_offset, "
-    "float out_scale, Tensor dec_weight, int dec_factor, Tensor?[] mod_filters, "
-    "Tensor[] frames, bool rms) -> Tensor"
+    "paulick_pooled(Tensor x, Tensor ear_weight, Tensor g, Tensor lin_sos, Tensor nl1_sos, "
+    "Tensor nl2_sos, Tensor a, Tensor b, float c, float[] ihc_consts, Tensor ihc_state, "
+    "Tensor adapt_a, Tensor adapt_m, Tensor adapt_state, float minlvl, bool use_limit, "
+    "float out_offset, float out_scale, Tensor dec_weight, int dec_factor, "
+    "Tensor?[] mod_filters, Tensor[] frames, bool rms) -> Tensor"
 )
 def _pooled_op(
-    x: Tensor, g: Tensor, lin_sos: Tensor, nl1_sos: Tensor, nl2_sos: Tensor, a: Tensor,
-    b: Tensor, c: float, ihc_consts: list[float], ihc_state: Tensor, adapt_a: Tensor,
-    adapt_m: Tensor, adapt_state: Tensor, minlvl: float, use_limit: bool, out_offset: float,
-    out_scale: float, dec_weight: Tensor, dec_factor: int, mod_filters: list[Tensor | None],
-    frames: list[Tensor], rms: bool,
+    x: Tensor, ear_weight: Tensor, g: Tensor, lin_sos: Tensor, nl1_sos: Tensor,
+    nl2_sos: Tensor, a: Tensor, b: Tensor, c: float, ihc_consts: list[float],
+    ihc_state: Tensor, adapt_a: Tensor, adapt_m: Tensor, adapt_state: Tensor, minlvl: float,
+    use_limit: bool, out_offset: float, out_scale: float, dec_weight: Tensor, dec_factor: int,
+    mod_filters: list[Tensor | None], frames: list[Tensor], rms: bool,
 ) -> Tensor:  # fmt: skip
     front = (
         (g, lin_sos, nl1_sos, nl2_sos, a, b, c), dict(zip(IHC_STEP_KEYS, ihc_consts)),
         ihc_state, adapt_a, adapt_m, adapt_state, minlvl, use_limit, out_offset, out_scale,
     )  # fmt: skip
-    return _POOLED.on(x)(x, front, dec_weight, dec_factor, tuple(mod_filters), tuple(frames), rms)
+    return _POOLED.on(x)(
+        x, ear_weight, front, dec_weight, dec_factor, tuple(mod_filters), tuple(frames), rms
+    )
 
 
 @_fake("paulick_pooled")
-def _(x: Tensor, g: Tensor, *args: Any) -> Tensor:
+def _(x: Tensor, ear_weight: Tensor, g: Tensor, *args: Any) -> Tensor:
     mod_filters, frames = args[-3], args[-2]
     M1 = mod_filters[2].shape[-1]
     return x.new_empty((x.shape[0], g.shape[0], M1 + 1, frames[0].shape[-1]), dtype=torch.float64)
@@ -337,6 +339,7 @@ def pooled_supported(c: float, dec_factor: int) -> bool:
 
 def pooled(
     x: Tensor,
+    ear_weight: Tensor,
     front: tuple,
     dec_weight: Tensor,
     dec_factor: int,
@@ -344,9 +347,10 @@ def pooled(
     frames: list[Tensor],
     rms: bool,
 ) -> Tensor:
-    """Operator ``lhotse_amt::paulick_pooled``: the whole chain after the ear filter on
-    ``x (B, T)`` (stapes velocity), pooled into frames in one pass (no gradient):
-    DRNL -> IHC -> adaptation loops -> FIR decimator by ``R = dec_factor`` (``front``:
+    """Operator ``lhotse_amt::paulick_pooled``: the whole chain on the input ``x (B, T)``,
+    pooled into frames in one pass (no gradient): the ear filter (``ear_weight (K,)``:
+    flipped taps, from rest) -> DRNL -> IHC -> adaptation loops -> FIR decimator by ``R =
+    dec_factor`` (``front``:
     :func:`frontend`'s arguments ``drnl_coefs, ihc_consts, ihc_state, adapt_a, adapt_m,
     adapt_state, minlvl, use_limit, out_offset, out_scale``; the DRNL and the decimator
     from rest, the IHC and loops from ``ihc_state``, ``adapt_state``) -> modulation
@@ -369,7 +373,7 @@ def pooled(
     (g, lin_sos, nl1_sos, nl2_sos, a, b, c), ihc_consts, *states_and_loops = front[:6]
     minlvl, use_limit, out_offset, out_scale = front[6:10]
     return _pooled_op(
-        x, g, lin_sos, nl1_sos, nl2_sos, a, b, float(c),
+        x, ear_weight, g, lin_sos, nl1_sos, nl2_sos, a, b, float(c),
         [float(ihc_consts[k]) for k in IHC_STEP_KEYS], *states_and_loops, float(minlvl),
         bool(use_limit), float(out_offset), float(out_scale), dec_weight, int(dec_factor),
         list(mod_filters), list(frames), bool(rms),

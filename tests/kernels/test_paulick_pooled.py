@@ -1,7 +1,8 @@
 """The fused pooled Paulick et al. (2024) chain on the CPU
-(:func:`lhotse_amt.kernels.paulick_pooled.pooled`, one pass: front end, decimator,
-modulation filterbank, frame pooling) against its two stages run one after the other (the
-front end with the decimator, :func:`lhotse_amt.kernels.paulick_frontend.frontend`, then
+(:func:`lhotse_amt.kernels.paulick_pooled.pooled`, one pass: ear filter, front end,
+decimator, modulation filterbank, frame pooling) against its stages run one after the
+other (the ear filter, :class:`~lhotse_amt.models.paulick2024.CASPEarFilter`; the front
+end with the decimator, :func:`lhotse_amt.kernels.paulick_frontend.frontend`, then
 the pooled modulation filterbank,
 :func:`lhotse_amt.kernels.modbank_simd.modulation_bank_pooled`): bit for bit, in float64
 and float32, mean and rms pooling, items of different lengths, channel counts that fill
@@ -40,13 +41,15 @@ def test_pooled_chain_equals_front_end_then_pooled_bank(dtype, rms, C, T):
     g = torch.Generator().manual_seed(C)
     x = torch.randn(2, T, generator=g, dtype=torch.float64) * 0.05
     x[:, T // 3 :] *= 20  # an onset: the overshoot limiter engages
-    y = m.outer_middle_ear(x.to(dtype))
+    x = x.to(dtype)
+    y = m.outer_middle_ear(x)
     args = m._frontend_args(y, {})
+    ear = m.outer_middle_ear.weight.reshape(-1)
     frames = _frames([T, T // 2 + 7], 441)
     w, R = m.resampler.weight.reshape(-1), m.resample_factor
     filters = fused.pooled_filters(m.modulation)
     got = paulick_pooled.pooled(
-        y, (args[0], *args[2:]), w, R, filters, [torch.from_numpy(a) for a in frames], rms
+        x, ear, (args[0], *args[2:]), w, R, filters, [torch.from_numpy(a) for a in frames], rms
     )
     yd = paulick_frontend.frontend(y, *args, w, R, None)[0]
     ref, _ = modbank_simd.modulation_bank_pooled(yd, filters, None, *frames, R, rms)

@@ -217,7 +217,8 @@ tri.POOLED_CHUNK = 48
 for dtype, rms in ((D, False), (torch.float32, True)):
     x = signal(B, T, dtype)
     front, *args = pooled_args(m, C, B, T, 30, [T, 101])
-    got, ref = both(lambda: ops.pooled(x, (coefs, *front), *args, rms))
+    ear = m.outer_middle_ear.weight.reshape(-1).to(dtype)
+    got, ref = both(lambda: ops.pooled(x, ear, (coefs, *front), *args, rms))
     close("pooled", got, ref, 1e-10 if dtype == D else 1e-5)
 print("ok")
 """
@@ -278,10 +279,13 @@ def test_paulick_operators_cuda_match_cpu(dtype):
     # the pooled chain (several chunks of the CUDA host), frames on the CPU
     tri = pytest.importorskip("lhotse_amt.kernels.triton_paulick")
     front, *args = scope["pooled_args"](m, C, B, T, 441, [T, 3001])
-    ref = ops.pooled(x, (coefs, *front), *args, False)
+    ear = m.outer_middle_ear.weight.reshape(-1).to(dtype)
+    ref = ops.pooled(x, ear, (coefs, *front), *args, False)
     old, tri.POOLED_CHUNK = tri.POOLED_CHUNK, 2000
     try:
-        got = ops.pooled(x.cuda(), cuda((coefs, *front)), *cuda(args[:-1]), args[-1], False)
+        got = ops.pooled(
+            x.cuda(), ear.cuda(), cuda((coefs, *front)), *cuda(args[:-1]), args[-1], False
+        )
     finally:
         tri.POOLED_CHUNK = old
     scope["close"]("pooled", got, ref, 1e-10 if dtype == D else 1e-5)
