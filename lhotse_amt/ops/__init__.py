@@ -6,21 +6,48 @@ kernel, a fake implementation and a compiled backward (:mod:`lhotse_amt.ops.recu
 The functions here take tensors shaped ``(..., T)`` with coefficients that broadcast
 against the leading dimensions, like :mod:`torch.nn.functional`, and turn the broadcast
 into the operators' row maps (no input is copied per channel).
+
+Each module of operators is imported, and its operators registered, when first used
+(``lhotse_amt.ops.agc`` or ``from lhotse_amt.ops import agc`` imports
+:mod:`lhotse_amt.ops.loudness`): a process that runs only the no-grad operators of
+:mod:`lhotse_amt.ops.fused` does not define the differentiable ones and their kernels.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from .compression import broken_stick
-from .envelope import rms_envelope
-from .fir import strided_fir
-from .ihc_paulick import ihc_paulick_recursion
-from .loudness import agc
-from .recursions import adaptation_rows, resonator_rows, sosfilt_rows
+if TYPE_CHECKING:
+    from .compression import broken_stick
+    from .envelope import rms_envelope
+    from .fir import strided_fir
+    from .ihc_paulick import ihc_paulick_recursion
+    from .loudness import agc
+
+#: the operators defined in this package's modules, by the module that defines them
+_LAZY = {
+    "broken_stick": "compression",
+    "rms_envelope": "envelope",
+    "strided_fir": "fir",
+    "ihc_paulick_recursion": "ihc_paulick",
+    "agc": "loudness",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: the operators of _LAZY, their module imported on first access
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "sosfilt",
@@ -69,6 +96,8 @@ def sosfilt(x: Tensor, sos: Tensor, zi: Tensor | None = None) -> tuple[Tensor, T
         z = zi.to(sdt).expand(*lead, S, 2).reshape(-1, S, 2).contiguous()
     xrow = row_map(x.shape[:-1], lead, x.device)
     crow = row_map(sos.shape[:-2], lead, x.device)
+    from .recursions import sosfilt_rows
+
     y, zf, _ = sosfilt_rows(_rows(x, T), xrow, sos.reshape(-1, S, 6).contiguous(), crow, z)
     return y.reshape(*lead, T), zf.reshape(*lead, S, 2)
 
@@ -162,6 +191,8 @@ def one_pole_cascade(
         n = math.prod(cshape)
         xrow = row_map(x.shape[:-1], full, x.device).reshape(-1, n)[:, select].reshape(-1)
         crow = row_map(cshape, full, x.device).reshape(-1, n)[:, select].reshape(-1)
+    from .recursions import resonator_rows
+
     y, zf, _ = resonator_rows(_rows(x, T), xrow, p.contiguous(), g.contiguous(), mode, crow, z)
     zc = torch.view_as_complex(zf.reshape(*lead, order, 2).contiguous())
     return y.reshape(*lead, T), zc
@@ -186,5 +217,7 @@ def adaptation_loops_raw(
     mr = m.expand(*cshape, J).reshape(-1, J).contiguous()
     xrow = row_map(x.shape[:-1], lead, x.device)
     crow = row_map(cshape, lead, x.device)
+    from .recursions import adaptation_rows
+
     y, zf, _ = adaptation_rows(_rows(x, T), xrow, ar, mr, crow, float(minlvl), bool(use_limit), z)
     return y.reshape(*lead, T), zf.reshape(*lead, J)
