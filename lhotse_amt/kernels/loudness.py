@@ -179,98 +179,21 @@ def _skirt_term32(y, i, il):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
-def _levels_to_slopes(x, sa, sb):  # pragma: no cover - compiled
-    # x <- sa + sb log2(max(x, 1e-30)) (float32 array, contiguous: vectorised)
-    prefer_wide_vectors()
-    for k in range(x.shape[0]):
-        x[k] = np.float32(sa + sb * _log2_pos32(max(x[k], _TINY_32)))
-
-
-@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
-def _dense_row32(inten, s, fr, kmax, sa, sb, ig, il, sg):  # pragma: no cover - compiled
-    # every component below the top channel, zero intensities included (their terms are 0;
-    # slope 1 keeps them finite and out of the clamp decision); branch-free, vectorised
-    smin = _ONE_32
-    smax = _ZERO_32
-    for k in range(kmax):
-        v = inten[fr, k]
-        ig[_PAD + k] = v
-        il[_PAD + k] = v * _LN2_32
-        sg[_PAD + k] = s[fr, k]
-    if sb != 0.0:  # levels -> slope factors, in place
-        _levels_to_slopes(sg[_PAD : _PAD + kmax], sa, sb)
-    for k in range(_PAD, _PAD + kmax):
-        sk = sg[k] if ig[k] > _ZERO_32 else _ONE_32
-        sg[k] = sk
-        smin = min(smin, sk)
-        smax = max(smax, sk)
-    return smin, smax
-
-
-@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
-def _compact_pair32(inten, s, fr, fr2, kmax, sa, sb, f, ig, il, sg, ig2, il2, sg2, fg, kg):  # noqa: E501  # pragma: no cover
-    # the components kept in frame fr or fr2 (a tone's are nearly the same in two consecutive
-    # frames), compacted to [_PAD, _PAD + n) for both frames; a component absent from one
-    # frame has intensity 0 and slope 1 there (a finite term times zero). fr2 == fr: the kept
-    # components of one frame (the second copy unused; one helper compiled instead of two)
-    n = 0
-    for k in range(kmax):
-        v = inten[fr, k]
-        v2 = inten[fr2, k]
-        if v > _ZERO_32 or v2 > _ZERO_32:
-            v = max(v, _ZERO_32)
-            v2 = max(v2, _ZERO_32)
-            ig[_PAD + n] = v
-            il[_PAD + n] = v * _LN2_32
-            sg[_PAD + n] = s[fr, k]
-            ig2[_PAD + n] = v2
-            il2[_PAD + n] = v2 * _LN2_32
-            sg2[_PAD + n] = s[fr2, k]
-            fg[_PAD + n] = f[k]
-            kg[n] = k
-            n += 1
-    if sb != 0.0 and n > 0:
-        _levels_to_slopes(sg[_PAD : _PAD + n], sa, sb)
-        _levels_to_slopes(sg2[_PAD : _PAD + n], sa, sb)
-    smin = _ONE_32
-    smax = _ZERO_32
-    for k in range(_PAD, _PAD + n):
-        a = sg[k] if ig[k] > _ZERO_32 else _ONE_32
-        b = sg2[k] if ig2[k] > _ZERO_32 else _ONE_32
-        sg[k] = a
-        sg2[k] = b
-        smin = min(smin, min(a, b))
-        smax = max(smax, max(a, b))
-    return n, smin, smax
-
-
-@njit(inline="always")
-def _channel_ends(dense, kc, kmax, kg, n, jc):  # pragma: no cover - compiled
-    # number of laid-out components below each channel centre: all below it (dense rows),
-    # else the kept ones (kg: their bin indices, ascending)
-    j = 0
-    for c in range(kc.shape[0]):
-        if dense:
-            j = min(kc[c], kmax)
-        else:
-            while j < n and kg[j] < kc[c]:
-                j += 1
-        jc[c] = j
-
-
-@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
 def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # pragma: no cover
     # p2, q2: p and q times log2(e), so y = s (q2 f - p2) = v log2(e). Components are laid
-    # out from index PAD of ig/il/sg/fg: all of them below the top channel when nearly all are
-    # kept (dense spectra, no compaction), else the kept ones compacted; the leading PAD
+    # out from index PAD of the rows of wf: all of them below the top channel when nearly all
+    # are kept (dense spectra, no compaction), else the kept ones compacted; the leading PAD
     # entries stay zero-intensity padding (I = 0, s = 1, f = 0: a finite term times zero) so
     # that each channel's sum can start PAD-aligned before its end. Unsigned indices: no
     # wraparound checks, the loop vectorises. The clamp y >= -80 log2(e) is skipped in frames
     # where it cannot act (0 <= s and s max(p2) < 80 log2(e), as y >= -s p2 for the
     # components below a channel's centre). Scratch from the caller (allocations here would
-    # compile numpy's allocators into the kernel): wf (8, K + PAD) float32, rows ig, il, sg,
-    # fg, fd (all component frequencies, dense rows) and ig2, il2, sg2 (the second frame of a
-    # pair), zero but sg, sg2 (one) and fd[PAD:] (f); kg (K,), jc (C,) and cnt, dense (N,)
+    # compile numpy's allocators into the kernel): wf (8, K + PAD) float32, rows ig, il, sg
+    # (a frame's intensities, intensities times ln 2, slope factors), ig2, il2, sg2 (the
+    # second frame of a pair), fg (compacted frequencies) and fd (all component
+    # frequencies, dense rows), zero but sg, sg2 (one) and fd[PAD:] (f); kg (K,), jc (C,)
+    # and cnt, dense (N,). Each step is written out once (no helper functions: a helper
+    # is compiled on its own and again inside this kernel, once per call site)
     prefer_wide_vectors()
     n_frames, n_bins = inten.shape
     n_ch = p2.shape[0]
@@ -281,16 +204,14 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
         p2max = max(p2max, p2[c])
         kmax = max(kmax, kc[c])
     kmax = min(kmax, n_bins)
-    ig, il, sg, fg, fd, ig2, il2, sg2 = wf[0], wf[1], wf[2], wf[3], wf[4], wf[5], wf[6], wf[7]
-    f = fd[_PAD:]
+    ig, il, sg, ig2, il2, sg2, fg, fd = wf[0], wf[1], wf[2], wf[3], wf[4], wf[5], wf[6], wf[7]
     for fr in range(n_frames):
         n = 0
         for k in range(kmax):
             n += inten[fr, k] > _ZERO_32
         cnt[fr] = n
         dense[fr] = 8 * n >= 7 * kmax
-    fr = n_frames - n_frames  # an int64 from the start: a literal 0 would compile the
-    # row helpers a second time, for the literal type numba infers before unifying
+    fr = 0
     while fr < n_frames:
         pair = False
         if fr + 1 < n_frames:
@@ -301,25 +222,77 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
                 for k in range(kmax):
                     nu += (inten[fr, k] > _ZERO_32) | (inten[fr + 1, k] > _ZERO_32)
                 pair = 5 * nu <= 6 * max(cnt[fr], cnt[fr + 1])
-        if pair:
-            # two frames in one pass over each channel's components: the loads of f and the
-            # channel terms are shared and the loops do twice the work per iteration (short
-            # channel sums are dominated by loop overhead otherwise). Dense frames: every
-            # component below the top channel; sparse ones: the union of their kept sets
+        # two frames of a pair are summed in one pass over each channel's components: the
+        # loads of f and the channel terms are shared and the loops do twice the work per
+        # iteration (short channel sums are dominated by loop overhead otherwise). Dense
+        # frames: every component below the top channel; sparse ones: the kept components
+        # of frame fr or fr2 (a tone's are nearly the same in two consecutive frames),
+        # compacted for both frames, a component absent from one frame having intensity 0
+        # and slope 1 there (a finite term times zero); a single sparse frame is laid out
+        # as the pair (fr, fr)
+        fr2 = fr + 1 if pair else fr
+        if dense[fr]:  # zero intensities included (their terms are 0); vectorised
+            n = kmax
+            nq = 2 if pair else 1
+            ff = fd
+            for k in range(kmax):
+                v = inten[fr, k]
+                ig[_PAD + k] = v
+                il[_PAD + k] = v * _LN2_32
+                sg[_PAD + k] = s[fr, k]
+            if pair:
+                for k in range(kmax):
+                    v = inten[fr2, k]
+                    ig2[_PAD + k] = v
+                    il2[_PAD + k] = v * _LN2_32
+                    sg2[_PAD + k] = s[fr2, k]
+        else:
+            n = 0
+            nq = 2
+            ff = fg
+            for k in range(kmax):
+                v = inten[fr, k]
+                v2 = inten[fr2, k]
+                if v > _ZERO_32 or v2 > _ZERO_32:
+                    v = max(v, _ZERO_32)
+                    v2 = max(v2, _ZERO_32)
+                    ig[_PAD + n] = v
+                    il[_PAD + n] = v * _LN2_32
+                    sg[_PAD + n] = s[fr, k]
+                    ig2[_PAD + n] = v2
+                    il2[_PAD + n] = v2 * _LN2_32
+                    sg2[_PAD + n] = s[fr2, k]
+                    fg[_PAD + n] = fd[_PAD + k]
+                    kg[n] = k
+                    n += 1
+        # levels -> slope factors sa + sb log2(max(x, 1e-30)) in place (vectorised); then
+        # slope 1 where the intensity is zero (keeps those terms finite and out of the
+        # clamp decision), and the range of the slopes
+        smin = _ONE_32
+        smax = _ZERO_32
+        for q in range(nq):
+            gq = ig2 if q else ig
+            sq = sg2 if q else sg
+            if sb != 0.0:
+                for k in range(_PAD, _PAD + n):
+                    sq[k] = np.float32(sa + sb * _log2_pos32(max(sq[k], _TINY_32)))
+            for k in range(_PAD, _PAD + n):
+                sk = sq[k] if gq[k] > _ZERO_32 else _ONE_32
+                sq[k] = sk
+                smin = min(smin, sk)
+                smax = max(smax, sk)
+        clamp = not (smin >= _ZERO_32 and smax * p2max < -_YMIN_32)
+        # number of laid-out components below each channel centre: all below it (dense
+        # rows), else the kept ones (kg: their bin indices, ascending)
+        j = 0
+        for c in range(n_ch):
             if dense[fr]:
-                smin, smax = _dense_row32(inten, s, fr, kmax, sa, sb, ig, il, sg)
-                smin2, smax2 = _dense_row32(inten, s, fr + 1, kmax, sa, sb, ig2, il2, sg2)
-                smin = min(smin, smin2)
-                smax = max(smax, smax2)
-                n = kmax
-                ff = fd
+                j = min(kc[c], kmax)
             else:
-                n, smin, smax = _compact_pair32(
-                    inten, s, fr, fr + 1, kmax, sa, sb, f, ig, il, sg, ig2, il2, sg2, fg, kg
-                )
-                ff = fg
-            clamp = not (smin >= _ZERO_32 and smax * p2max < -_YMIN_32)
-            _channel_ends(dense[fr], kc, kmax, kg, n, jc)
+                while j < n and kg[j] < kc[c]:
+                    j += 1
+            jc[c] = j
+        if pair:
             for c in range(n_ch):
                 j = jc[c]
                 pc = p2[c]
@@ -341,20 +314,9 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
                         acc += _skirt_term32(sg[m] * h, ig[m], il[m])
                         acc2 += _skirt_term32(sg2[m] * h, ig2[m], il2[m])
                 out[fr, c] = acc
-                out[fr + 1, c] = acc2
+                out[fr2, c] = acc2
             fr += 2
             continue
-        if dense[fr]:
-            smin, smax = _dense_row32(inten, s, fr, kmax, sa, sb, ig, il, sg)
-            n = kmax
-            ff = fd
-        else:
-            n, smin, smax = _compact_pair32(
-                inten, s, fr, fr, kmax, sa, sb, f, ig, il, sg, ig2, il2, sg2, fg, kg
-            )
-            ff = fg
-        clamp = not (smin >= _ZERO_32 and smax * p2max < -_YMIN_32)
-        _channel_ends(dense[fr], kc, kmax, kg, n, jc)
         for c in range(n_ch):
             j = jc[c]
             pc = p2[c]
@@ -411,8 +373,8 @@ def lower_skirt_numpy(
             q2 = (p64 / np.asarray(fc, dtype=np.float64) * _LOG2E).astype(dt)
             n, k = inten.shape
             wf = np.zeros((8, k + _PAD), np.float32)
-            wf[2] = wf[7] = 1.0
-            wf[4, _PAD:] = f_dt
+            wf[2] = wf[5] = 1.0
+            wf[7, _PAD:] = f_dt
             scratch = np.empty(k + len(p64) + n, np.int64)
             kg, jc, cnt = scratch[:k], scratch[k : k + len(p64)], scratch[k + len(p64) :]
             dense = np.empty(n, np.bool_)
