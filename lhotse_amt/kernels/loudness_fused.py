@@ -102,16 +102,6 @@ _DB_LOG2 = 10.0 * math.log10(2.0)  # 10 log10(x) = _DB_LOG2 * log2(x)
 
 
 @njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
-def _pow32(x, y, out):  # pragma: no cover - compiled
-    # out = x ** y = exp(y log2(x) ln 2) for positive normal float32 x, float64 y and out,
-    # evaluated in float64 (relative error ~1e-10; vectorised). The one place the tail's
-    # powers are written out: each inline expansion costs compile time at first use
-    prefer_wide_vectors()
-    for i in range(x.shape[0]):
-        out[i] = _exp64(y[i] * _log2_pos32(x[i]) * _LN2)
-
-
-@njit(cache=True, nogil=True, fastmath=_FM, error_model="numpy", **NO_CFUNC)
 def _tail32(
     upper, lower, anyk, g, a, alpha, thr, mask, k, db, empty_db, e_out, n_out, base, w
 ):  # pragma: no cover - compiled
@@ -122,23 +112,30 @@ def _tail32(
     floor, big, c, hi_div, hi_exp = k[0], k[1], np.float64(k[2]), k[3], np.float64(k[4])
     n_rows, n_ch = upper.shape
     expo, pw, a_alpha_same = w[0], w[1], w[2]
-    # a**alpha by the same expression as x**alpha, so that x == a (E far below threshold,
-    # g E + a rounding to a) gives exactly 0, not the float32 rounding of a**alpha
-    for ch in range(n_ch):
-        base[ch] = a[ch]
-        expo[ch] = np.float64(alpha[ch])
-    _pow32(base, expo, a_alpha_same)
-    for r in range(n_rows):
+    # row -1: a**alpha by the same expression as x**alpha, so that x == a (E far below
+    # threshold, g E + a rounding to a) gives exactly 0, not the float32 rounding of
+    # a**alpha. The powers are written out once (each inline expansion of the power costs
+    # compile time at a process's first extract)
+    for r in range(-1, n_rows):
+        if r < 0:
+            for ch in range(n_ch):
+                base[ch] = a[ch]
+                expo[ch] = np.float64(alpha[ch])
+        else:
+            # one power per channel: (E / hi_div) ** hi_exp above the high-level limit (and
+            # above threshold), else (g E + a) ** alpha
+            for ch in range(n_ch):
+                e = max(upper[r, ch] + lower[r, ch], floor)
+                e_out[r, ch] = e
+                high = e > big and e > thr[ch]
+                base[ch] = e / hi_div if high else g[ch] * e + a[ch]
+                expo[ch] = hi_exp if high else np.float64(alpha[ch])
+        dst = a_alpha_same if r < 0 else pw
+        for ch in range(n_ch):  # positive normal float32 base: relative error ~1e-10
+            dst[ch] = _exp64(expo[ch] * _log2_pos32(base[ch]) * _LN2)
+        if r < 0:
+            continue
         kept = 1.0 if anyk[r] else 0.0
-        # one power per channel: (E / hi_div) ** hi_exp above the high-level limit (and
-        # above threshold), else (g E + a) ** alpha
-        for ch in range(n_ch):
-            e = max(upper[r, ch] + lower[r, ch], floor)
-            e_out[r, ch] = e
-            high = e > big and e > thr[ch]
-            base[ch] = e / hi_div if high else g[ch] * e + a[ch]
-            expo[ch] = hi_exp if high else np.float64(alpha[ch])
-        _pow32(base, expo, pw)
         for ch in range(n_ch):
             e = e_out[r, ch]
             core = pw[ch] - a_alpha_same[ch]
