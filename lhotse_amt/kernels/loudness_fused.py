@@ -125,7 +125,8 @@ def _tail32(
             # one power per channel: (E / hi_div) ** hi_exp above the high-level limit (and
             # above threshold), else (g E + a) ** alpha
             for ch in range(n_ch):
-                e = max(upper[r, ch] + lower[r, ch], floor)
+                e = upper[r, ch] + lower[r, ch]
+                e = floor if floor > e else e  # max(e, floor), no builtin to compile
                 e_out[r, ch] = e
                 high = e > big and e > thr[ch]
                 base[ch] = e / hi_div if high else g[ch] * e + a[ch]
@@ -262,7 +263,7 @@ def _subtract_pruned(hi, rows, ik, h0, w, acc, add):  # pragma: no cover - compi
         for b0 in range(h0, n_bins, 64):
             # unsigned indices: no negative-index wraparound, so the scan vectorises
             u0 = np.uint64(b0)
-            u1 = np.uint64(min(b0 + 64, n_bins))
+            u1 = np.uint64(b0 + 64 if b0 + 64 < n_bins else n_bins)
             d = 0.0
             for k in range(u0, u1):
                 d += abs(np.float64(rows[r, k]) - np.float64(ik[r, k]))
@@ -326,10 +327,11 @@ def power_into(y: np.ndarray, lo: int, out: np.ndarray) -> None:
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, **NO_CFUNC)
-def _autocorr(zp, start, hop, n_frames, window, out):  # pragma: no cover - compiled
+def _autocorr(zp, start, hop, n_frames, window, y, out):  # pragma: no cover - compiled
+    # y: (L,) float64 scratch from the caller (an allocation here would compile numpy's
+    # allocator into the kernel)
     n_rows = zp.shape[0]
     length = window.shape[0]
-    y = np.empty(length, np.float64)
     for r in range(n_rows):
         for fr in range(n_frames):
             t0 = np.uint64(start + hop * fr)  # unsigned: no wraparound checks (vectorised)
@@ -351,7 +353,8 @@ def windowed_autocorr(
     length); ``zp`` ``(R, M)``; returns ``(R, n_frames, L)``. Direct summation, equal to the
     zero-padded FFT computation up to float64 rounding."""
     out = np.empty((zp.shape[0], n_frames, window.shape[0]), dtype=np.float64)
-    _autocorr(np.ascontiguousarray(zp), start, hop, n_frames, window.astype(np.float64), out)
+    y = np.empty(window.shape[0], np.float64)
+    _autocorr(np.ascontiguousarray(zp), start, hop, n_frames, window.astype(np.float64), y, out)
     return out
 
 
@@ -429,20 +432,19 @@ def binaural_inhibition_apply(
 
 
 @njit(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy", **NO_CFUNC)
-def _sliding_power(h, n_frames, nbl, rot, wts, offs, nb, lo, refresh, out):  # pragma: no cover
+def _sliding_power(h, n_frames, nbl, rot, wts, offs, nb, lo, refresh, w, out):  # pragma: no cover
     # h: (R, n_frames + nbl - 1, 2 nw) block DFTs [re | im] of hop-sample blocks;
     # rot: (4, nw) = cos/sin of w hop (frame advance) and of -w L (entering block).
     # X_f(w) = sum_{n < L} z[start + hop f + n] exp(-i w n) by the sliding recursion
     # X_(f+1) = e^(i w hop) (X_f - H_f + e^(-i w L) H_(f + nbl)), re-summed from the blocks
     # every `refresh` frames so that rounding cannot accumulate; windowed bins
-    # Y_i = sum_t wts[t] X[offs[t] + i]
+    # Y_i = sum_t wts[t] X[offs[t] + i]. w: (4, nw) float64 scratch from the caller (an
+    # allocation here would compile numpy's allocator into the kernel): X (re, im) and
+    # exp(-i w hop b) while re-summing
     prefer_wide_vectors()
     n_rows = h.shape[0]
     nw = rot.shape[1]
-    xr = np.empty(nw, np.float64)
-    xi = np.empty(nw, np.float64)
-    step_re = np.empty(nw, np.float64)  # exp(-i w hop b) while re-summing
-    step_im = np.empty(nw, np.float64)
+    xr, xi, step_re, step_im = w[0], w[1], w[2], w[3]
     # unsigned offsets: no negative-index wraparound code, so the loops vectorise
     o0, o1, o2 = np.uint64(offs[0]), np.uint64(offs[1]), np.uint64(offs[2])
     unw = np.uint64(nw)
@@ -537,4 +539,5 @@ def sliding_dft_power(
     # fixed-order product (kernels.matmul): bitwise the same for every thread count, and no
     # BLAS thread pool (numpy's spins while idle; torch's stalls on a busy machine)
     h = matmul(blocks.reshape(-1, hop), basis).reshape(zp.shape[0], n_blk, -1)
-    _sliding_power(h, int(n_frames), nbl, rot, wts, offs, nb, int(lo), 64, out)
+    w = np.empty((4, rot.shape[1]), np.float64)
+    _sliding_power(h, int(n_frames), nbl, rot, wts, offs, nb, int(lo), 64, w, out)
