@@ -200,10 +200,12 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
     pad = np.uint64(_PAD)
     p2max = _ZERO_32
     kmax = 0
+    # max/min as conditional expressions (the same selects as the builtins, which numba
+    # compiles as separate functions, one per argument type)
     for c in range(n_ch):
-        p2max = max(p2max, p2[c])
-        kmax = max(kmax, kc[c])
-    kmax = min(kmax, n_bins)
+        p2max = p2[c] if p2[c] > p2max else p2max
+        kmax = kc[c] if kc[c] > kmax else kmax
+    kmax = n_bins if n_bins < kmax else kmax
     ig, il, sg, ig2, il2, sg2, fg, fd = wf[0], wf[1], wf[2], wf[3], wf[4], wf[5], wf[6], wf[7]
     for fr in range(n_frames):
         n = 0
@@ -221,7 +223,7 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
                 nu = 0  # components kept in either frame
                 for k in range(kmax):
                     nu += (inten[fr, k] > _ZERO_32) | (inten[fr + 1, k] > _ZERO_32)
-                pair = 5 * nu <= 6 * max(cnt[fr], cnt[fr + 1])
+                pair = 5 * nu <= 6 * (cnt[fr + 1] if cnt[fr + 1] > cnt[fr] else cnt[fr])
         # two frames of a pair are summed in one pass over each channel's components: the
         # loads of f and the channel terms are shared and the loops do twice the work per
         # iteration (short channel sums are dominated by loop overhead otherwise). Dense
@@ -254,8 +256,8 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
                 v = inten[fr, k]
                 v2 = inten[fr2, k]
                 if v > _ZERO_32 or v2 > _ZERO_32:
-                    v = max(v, _ZERO_32)
-                    v2 = max(v2, _ZERO_32)
+                    v = _ZERO_32 if _ZERO_32 > v else v
+                    v2 = _ZERO_32 if _ZERO_32 > v2 else v2
                     ig[_PAD + n] = v
                     il[_PAD + n] = v * _LN2_32
                     sg[_PAD + n] = s[fr, k]
@@ -275,19 +277,21 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
             sq = sg2 if q else sg
             if sb != 0.0:
                 for k in range(_PAD, _PAD + n):
-                    sq[k] = np.float32(sa + sb * _log2_pos32(max(sq[k], _TINY_32)))
+                    x = sq[k]
+                    x = _TINY_32 if _TINY_32 > x else x
+                    sq[k] = np.float32(sa + sb * _log2_pos32(x))
             for k in range(_PAD, _PAD + n):
                 sk = sq[k] if gq[k] > _ZERO_32 else _ONE_32
                 sq[k] = sk
-                smin = min(smin, sk)
-                smax = max(smax, sk)
+                smin = sk if sk < smin else smin
+                smax = sk if sk > smax else smax
         clamp = not (smin >= _ZERO_32 and smax * p2max < -_YMIN_32)
         # number of laid-out components below each channel centre: all below it (dense
         # rows), else the kept ones (kg: their bin indices, ascending)
         j = 0
         for c in range(n_ch):
             if dense[fr]:
-                j = min(kc[c], kmax)
+                j = kc[c] if kc[c] < kmax else kmax
             else:
                 while j < n and kg[j] < kc[c]:
                     j += 1
@@ -305,8 +309,12 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
                     for i in range(total):
                         m = m0 + np.uint64(i)
                         h = qc * ff[m] - pc
-                        acc += _skirt_term32(max(sg[m] * h, _YMIN_32), ig[m], il[m])
-                        acc2 += _skirt_term32(max(sg2[m] * h, _YMIN_32), ig2[m], il2[m])
+                        y = sg[m] * h
+                        y2 = sg2[m] * h
+                        y = _YMIN_32 if _YMIN_32 > y else y
+                        y2 = _YMIN_32 if _YMIN_32 > y2 else y2
+                        acc += _skirt_term32(y, ig[m], il[m])
+                        acc2 += _skirt_term32(y2, ig2[m], il2[m])
                 else:
                     for i in range(total):
                         m = m0 + np.uint64(i)
@@ -327,7 +335,8 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
             if clamp:
                 for i in range(total):
                     m = m0 + np.uint64(i)
-                    y = max(sg[m] * (qc * ff[m] - pc), _YMIN_32)
+                    y = sg[m] * (qc * ff[m] - pc)
+                    y = _YMIN_32 if _YMIN_32 > y else y
                     acc += _skirt_term32(y, ig[m], il[m])
             else:
                 for i in range(total):

@@ -48,7 +48,8 @@ def _matmul_serial(a, b, out):  # pragma: no cover - compiled
     # over the columns (unsigned column indices: no wraparound code, the column loops
     # vectorise), each element's chain in ascending k. Written out in one function: numba's
     # inlining of helper functions (and a separate compile of each) cost more compile time
-    # at a process's first product than the whole kernel
+    # at a process's first product than the whole kernel; so do tuple assignments and the
+    # min builtin (compiled as a function of its own), hence one statement per value
     assume_distinct_arrays()
     prefer_wide_vectors()
     fp = denormals_off()
@@ -58,9 +59,12 @@ def _matmul_serial(a, b, out):  # pragma: no cover - compiled
     nt = (M + _ROWS - 1) // _ROWS * nc
     for t in range(nt):
         i0 = (t // nc) * _ROWS
-        i1 = min(M, i0 + _ROWS)
+        i1 = i0 + _ROWS
+        i1 = M if M < i1 else i1
         j0 = (t % nc) * _COLS
-        n = np.uint64(min(N, j0 + _COLS) - j0)
+        j1 = j0 + _COLS
+        j1 = N if N < j1 else j1
+        n = np.uint64(j1 - j0)
         uj0 = np.uint64(j0)
         i = i0
         while i + 4 <= i1:
@@ -68,6 +72,10 @@ def _matmul_serial(a, b, out):  # pragma: no cover - compiled
             o1 = out[i + 1]
             o2 = out[i + 2]
             o3 = out[i + 3]
+            r0 = a[i]
+            r1 = a[i + 1]
+            r2 = a[i + 2]
+            r3 = a[i + 3]
             for j in range(n):
                 jj = uj0 + j
                 o0[jj] = 0.0
@@ -80,10 +88,22 @@ def _matmul_serial(a, b, out):  # pragma: no cover - compiled
                 b1 = b[k + 1]
                 b2 = b[k + 2]
                 b3 = b[k + 3]
-                a00, a01, a02, a03 = a[i, k], a[i, k + 1], a[i, k + 2], a[i, k + 3]
-                a10, a11, a12, a13 = a[i + 1, k], a[i + 1, k + 1], a[i + 1, k + 2], a[i + 1, k + 3]
-                a20, a21, a22, a23 = a[i + 2, k], a[i + 2, k + 1], a[i + 2, k + 2], a[i + 2, k + 3]
-                a30, a31, a32, a33 = a[i + 3, k], a[i + 3, k + 1], a[i + 3, k + 2], a[i + 3, k + 3]
+                a00 = r0[k]
+                a01 = r0[k + 1]
+                a02 = r0[k + 2]
+                a03 = r0[k + 3]
+                a10 = r1[k]
+                a11 = r1[k + 1]
+                a12 = r1[k + 2]
+                a13 = r1[k + 3]
+                a20 = r2[k]
+                a21 = r2[k + 1]
+                a22 = r2[k + 2]
+                a23 = r2[k + 3]
+                a30 = r3[k]
+                a31 = r3[k + 1]
+                a32 = r3[k + 2]
+                a33 = r3[k + 3]
                 for j in range(n):
                     jj = uj0 + j
                     x0 = b0[jj]
@@ -98,7 +118,10 @@ def _matmul_serial(a, b, out):  # pragma: no cover - compiled
                 k += 4
             while k < K:
                 b0 = b[k]
-                a00, a10, a20, a30 = a[i, k], a[i + 1, k], a[i + 2, k], a[i + 3, k]
+                a00 = r0[k]
+                a10 = r1[k]
+                a20 = r2[k]
+                a30 = r3[k]
                 for j in range(n):
                     jj = uj0 + j
                     x0 = b0[jj]
@@ -110,11 +133,12 @@ def _matmul_serial(a, b, out):  # pragma: no cover - compiled
             i += 4
         while i < i1:  # the last rows, one at a time
             o0 = out[i]
+            r0 = a[i]
             for j in range(n):
                 o0[uj0 + j] = 0.0
             for k in range(K):
                 b0 = b[k]
-                a0 = a[i, k]
+                a0 = r0[k]
                 for j in range(n):
                     o0[uj0 + j] += a0 * b0[uj0 + j]
             i += 1
