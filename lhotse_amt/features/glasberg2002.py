@@ -59,7 +59,9 @@ class Glasberg2002Extractor(LoudnessExtractor):
         return model.first_frame
 
     def _model_frames(self, model: torch.nn.Module, seg: Tensor) -> tuple[Tensor, Tensor]:
-        st = model.compute(seg[:, 0])  # (B, T) -> frames j = -64 … of the segment
+        # (B, T) -> frames j = -64 … of the segment; the features' own AGCs stream stl/ltl,
+        # so the model's integration is not run (nor compiled at a first extract)
+        st = model.compute(seg[:, 0], integrate=False)
         off = -model.first_frame
         return st["specific_loudness"][:, off:, None, :], st["inst"][:, off:]
 

@@ -238,7 +238,9 @@ class Glasberg2002(LoudnessModelBase):
             )
         return x.dim() == 1
 
-    def compute(self, x: Tensor, with_spectrum: bool = False) -> dict[str, Tensor]:
+    def compute(
+        self, x: Tensor, with_spectrum: bool = False, integrate: bool = True
+    ) -> dict[str, Tensor]:
         """Run the model and return every stage.
 
         Keys (``(B, T)`` input, ``F = floor(T / 32) + 65`` frames, ``C = 149``): ``inst``,
@@ -250,7 +252,8 @@ class Glasberg2002(LoudnessModelBase):
         -0.064 s); ``freqs`` ``(960,)`` frequencies of the spectral components (Hz);
         ``erb_fc_hz`` ``(C,)`` channel centres (Hz). With ``with_spectrum=True`` also ``psd``
         ``(B, F, 960)``: component intensities re (20 µPa)² (power per 15.625-Hz bin). The batch
-        axis is dropped for 1-D input.
+        axis is dropped for 1-D input. ``integrate=False``: without ``stl``, ``ltl`` and
+        ``max_ltl`` (the temporal integration is not run).
         """
         x, squeeze = self._prepare(x)
         f_total = self.n_frames(x.shape[-1])
@@ -262,21 +265,17 @@ class Glasberg2002(LoudnessModelBase):
             # numpy on this thread (a torch pass would open a parallel region; lhotse_amt._serial)
             ears = self.loudness_integration.ears
             inst = torch.from_numpy(nsp.numpy().sum(-1) * (ears / 4.0))
-            stl = self.loudness_integration.stl_agc(inst)
-            ltl = self.loudness_integration.ltl_agc(stl)
+            if integrate:
+                stl = self.loudness_integration.stl_agc(inst)
+                ltl = self.loudness_integration.ltl_agc(stl)
             exc_db = torch.from_numpy(fr.excitation_db.numpy().copy())
         else:
             inst, stl, ltl = self.loudness_integration(nsp)
             exc_db = fr.excitation_db
-        out = {
-            "inst": inst,
-            "stl": stl,
-            "ltl": ltl,
-            "max_ltl": ltl.amax(-1),
-            "specific_loudness": nsp,
-            "excitation": exc_db,
-            "erb_excitation": fr.level_db,
-        }
+        out = {"inst": inst}
+        if integrate:
+            out.update(stl=stl, ltl=ltl, max_ltl=ltl.amax(-1))
+        out.update(specific_loudness=nsp, excitation=exc_db, erb_excitation=fr.level_db)
         if with_spectrum:
             out["psd"] = self._spectrum(z, self.first_frame, f_total, fast)
         if squeeze:

@@ -98,6 +98,16 @@ def test_validation_determinism_api():
     assert m.n_features == 149 and m.frame_rate == 1000
 
 
+def test_compute_without_integration():
+    # integrate=False drops stl/ltl/max_ltl and leaves every other stage as it was
+    m = Glasberg2002()
+    x = torch.tensor(np.stack([tone(1000, 60, 0.1), tone(3000, 70, 0.1)])).float()
+    full, bare = m.compute(x), m.compute(x, integrate=False)
+    assert set(full) - set(bare) == {"stl", "ltl", "max_ltl"}
+    for k, v in bare.items():
+        assert torch.equal(v, full[k]), k
+
+
 def test_gradients_flow():
     m = Glasberg2002(dtype=torch.float64, learnable=True)
     x = torch.tensor(tone(1000, 50, 0.04), requires_grad=True)
