@@ -275,14 +275,15 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
         for q in range(nq):
             gq = ig2 if q else ig
             sq = sg2 if q else sg
+            # unsigned indices: no wraparound code, so these loops vectorise
             if sb != 0.0:
-                for k in range(_PAD, _PAD + n):
-                    x = sq[k]
+                for k in range(np.uint64(n)):
+                    x = sq[pad + k]
                     x = _TINY_32 if _TINY_32 > x else x
-                    sq[k] = np.float32(sa + sb * _log2_pos32(x))
-            for k in range(_PAD, _PAD + n):
-                sk = sq[k] if gq[k] > _ZERO_32 else _ONE_32
-                sq[k] = sk
+                    sq[pad + k] = np.float32(sa + sb * _log2_pos32(x))
+            for k in range(np.uint64(n)):
+                sk = sq[pad + k] if gq[pad + k] > _ZERO_32 else _ONE_32
+                sq[pad + k] = sk
                 smin = sk if sk < smin else smin
                 smax = sk if sk > smax else smax
         clamp = not (smin >= _ZERO_32 and smax * p2max < -_YMIN_32)
