@@ -8,13 +8,16 @@ come from the cache that is most of its start-up beyond PyTorch's (about 0.4 CPU
 the garbage collections of the ~60,000 objects it creates), yet a cached specialisation
 needs none of it: its machine code is linked against numba's runtime (NRT), its C helpers
 and the C maths library, which numba registers when it creates the target context and
-initialises its runtime.
+initialises its runtime, and against the hash secret of string hashing, which the one
+lowering module that registers symbols as it is imported (``numba.cpython.hashing``)
+provides.
 
 :class:`DirectLoadCache` is numba's ``FunctionCache`` (same files, index and keys, same
-saving) whose ``load_overload`` initialises numba's runtime, as the refresh would, and
-loads the specialisation without the refresh. A compile still refreshes the target
-(numba's compiler does so itself), so a cache miss compiles exactly as before; a cached
-specialisation is the same machine code either way.
+saving) whose ``load_overload`` initialises numba's runtime and imports
+``numba.cpython.hashing``, as the refresh would, and loads the specialisation without the
+refresh (so every symbol the refresh would have registered is there). A compile still
+refreshes the target (numba's compiler does so itself), so a cache miss compiles exactly
+as before; a cached specialisation is the same machine code either way.
 
 :func:`load_directly` switches the module-level numba dispatchers of a namespace to it;
 :mod:`lhotse_amt.kernels` applies it to each of its modules as it is imported. Nothing of
@@ -53,8 +56,11 @@ class DirectLoadCache(FunctionCache):
     first refreshing numba's CPU target (see the module docstring)."""
 
     def load_overload(self, sig: Any, target_context: Any) -> Any:
-        # the runtime's symbols (NRT_*) are what the refresh provides to cached code
+        # the symbols the refresh would provide to cached code: the runtime's (NRT_*) and
+        # the hash secret (an unresolved symbol would abort the process at linking)
         rtsys.initialize(target_context)
+        import numba.cpython.hashing  # noqa: F401
+
         with self._guard_against_spurious_io_errors():
             return self._load_overload(sig, target_context)
 
