@@ -48,8 +48,8 @@ def _matmul_serial(a, b, out):  # pragma: no cover - compiled
     # over the columns (unsigned column indices: no wraparound code, the column loops
     # vectorise), each element's chain in ascending k. Written out in one function: numba's
     # inlining of helper functions (and a separate compile of each) cost more compile time
-    # at a process's first product than the whole kernel; so do tuple assignments and the
-    # min builtin (compiled as a function of its own), hence one statement per value
+    # at a process's first product than the whole kernel; so does the min builtin (compiled
+    # as a function of its own)
     assume_distinct_arrays()
     prefer_wide_vectors()
     fp = denormals_off()
@@ -88,22 +88,10 @@ def _matmul_serial(a, b, out):  # pragma: no cover - compiled
                 b1 = b[k + 1]
                 b2 = b[k + 2]
                 b3 = b[k + 3]
-                a00 = r0[k]
-                a01 = r0[k + 1]
-                a02 = r0[k + 2]
-                a03 = r0[k + 3]
-                a10 = r1[k]
-                a11 = r1[k + 1]
-                a12 = r1[k + 2]
-                a13 = r1[k + 3]
-                a20 = r2[k]
-                a21 = r2[k + 1]
-                a22 = r2[k + 2]
-                a23 = r2[k + 3]
-                a30 = r3[k]
-                a31 = r3[k + 1]
-                a32 = r3[k + 2]
-                a33 = r3[k + 3]
+                a00, a01, a02, a03 = r0[k], r0[k + 1], r0[k + 2], r0[k + 3]
+                a10, a11, a12, a13 = r1[k], r1[k + 1], r1[k + 2], r1[k + 3]
+                a20, a21, a22, a23 = r2[k], r2[k + 1], r2[k + 2], r2[k + 3]
+                a30, a31, a32, a33 = r3[k], r3[k + 1], r3[k + 2], r3[k + 3]
                 for j in range(n):
                     jj = uj0 + j
                     x0 = b0[jj]
@@ -118,10 +106,7 @@ def _matmul_serial(a, b, out):  # pragma: no cover - compiled
                 k += 4
             while k < K:
                 b0 = b[k]
-                a00 = r0[k]
-                a10 = r1[k]
-                a20 = r2[k]
-                a30 = r3[k]
+                a00, a10, a20, a30 = r0[k], r1[k], r2[k], r3[k]
                 for j in range(n):
                     jj = uj0 + j
                     x0 = b0[jj]
