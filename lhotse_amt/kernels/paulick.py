@@ -308,6 +308,25 @@ def _ihc_kernel(x, p, w, y):  # pragma: no cover - compiled
         restore_fp_mode(fp)
 
 
+@njit(inline="always", **_NOPY)
+def tap_sums(a, src, n, w):  # pragma: no cover - compiled
+    # a[i] += sum_q w[q] src[i + q] for i < n, float64: four taps per sweep over the outputs,
+    # added in tap order (the same sum as one by one), then the remaining taps; the
+    # summation order of every FIR output of this package's CPU kernels
+    K = w.shape[0]
+    q4 = K - K % 4
+    for q in range(0, q4, 4):
+        w0, w1, w2, w3 = w[q], w[q + 1], w[q + 2], w[q + 3]
+        sq = src[q : q + n + 3]
+        for ii in range(n):
+            a[ii] = (((a[ii] + w0 * sq[ii]) + w1 * sq[ii + 1]) + w2 * sq[ii + 2]) + w3 * sq[ii + 3]
+    for q in range(q4, K):
+        wq = w[q]
+        sq = src[q : q + n]
+        for ii in range(n):
+            a[ii] += wq * sq[ii]
+
+
 @njit(**_NOPY)
 def _fir_kernel(r0, r1, buf, w, start, stride, y):  # pragma: no cover - compiled
     # rows r0 .. r1: y[r, i] = sum_k w[k] buf[r, start + i stride + k] in polyphase form:
@@ -326,25 +345,11 @@ def _fir_kernel(r0, r1, buf, w, start, stride, y):  # pragma: no cover - compile
         for p in range(stride):
             sub = br[start + p :: stride].copy()
             wp = w[p::stride].copy()
-            Kp = wp.shape[0]
             for i0 in range(0, M, BL):
                 nb = min(BL, M - i0)
                 a = acc[:nb]
                 a[:] = 0.0
-                q4 = Kp - Kp % 4
-                for q in range(0, q4, 4):
-                    # four taps per sweep, added in tap order (the same sum as one by one)
-                    w0, w1, w2, w3 = wp[q], wp[q + 1], wp[q + 2], wp[q + 3]
-                    sq = sub[i0 + q : i0 + q + nb + 3]
-                    for ii in range(nb):
-                        a[ii] = (
-                            ((a[ii] + w0 * sq[ii]) + w1 * sq[ii + 1]) + w2 * sq[ii + 2]
-                        ) + w3 * sq[ii + 3]
-                for q in range(q4, Kp):
-                    wq = wp[q]
-                    sq = sub[i0 + q : i0 + q + nb]
-                    for ii in range(nb):
-                        a[ii] += wq * sq[ii]
+                tap_sums(a, sub[i0:], nb, wp)
                 o = out[i0 : i0 + nb]
                 for ii in range(nb):
                     o[ii] += a[ii]

@@ -31,8 +31,9 @@ from .fastmath import NO_CFUNC, denormals_off, restore_fp_mode
 from .jobs import literal_entry, run_jobs
 from .modbank_simd import _mod8, pool_chunk
 from .modbank_simd import _Packed as _ModulationPacked
+from .paulick import tap_sums
 from .paulick_frontend import kernel_inputs
-from .paulick_simd import _CHUNK, _decim8, _drnl8, _hair8, pack
+from .paulick_simd import _CHUNK, _decim8, _drnl8, _hair8, pack, shift_history
 
 __all__ = ["pooled"]
 
@@ -74,7 +75,6 @@ def _pooled_kernel(
     Mc = _CHUNK // R + 1  # most decimated samples of one chunk
     Rv = np.int64(R)  # not a literal: pool_chunk's one compiled version serves every R
     KE = we.shape[0]
-    q4 = KE - KE % 4
     for t in range(t0, t1):
         r = t // NG
         b0 = (t - r * NG) * G
@@ -94,23 +94,14 @@ def _pooled_kernel(
         i = np.int64(0)  # decimated samples so far (not a literal 0: one pool_chunk version)
         for c0 in range(0, T, _CHUNK):
             tc = min(_CHUNK, T - c0)
-            # the ear filter (zeros before the signal), the sum of paulick._fir_kernel:
-            # float64, four taps per sweep in tap order, rounded to the input's dtype
+            # the ear filter (zeros before the signal), the sum of paulick._fir_kernel
+            # (tap_sums), rounded to the input's dtype
             for j in range(KE - 1 + tc):
                 n = c0 - (KE - 1) + j
                 xs[j] = np.float64(x[r, n]) if n >= 0 else 0.0
             for ii in range(tc):
                 acc[ii] = 0.0
-            for q in range(0, q4, 4):
-                w0, w1, w2, w3 = we[q], we[q + 1], we[q + 2], we[q + 3]
-                for ii in range(tc):
-                    acc[ii] = (
-                        ((acc[ii] + w0 * xs[ii + q]) + w1 * xs[ii + q + 1]) + w2 * xs[ii + q + 2]
-                    ) + w3 * xs[ii + q + 3]
-            for q in range(q4, KE):
-                wq = we[q]
-                for ii in range(tc):
-                    acc[ii] += wq * xs[ii + q]
+            tap_sums(acc, xs, tc, we)
             for ii in range(tc):
                 u = 0.0 + acc[ii]
                 xe[ii] = np.float64(np.float32(u)) if round32 else u
@@ -133,10 +124,7 @@ def _pooled_kernel(
                         blk * 8, min(8, C - blk * 8), rms,
                     )  # fmt: skip
                 i += cnt
-            for q in range(H):  # the last K - 1 values to the front (forward: no overlap)
-                for g in range(G):
-                    for lane in range(8):
-                        buf[q, g, lane] = buf[tc + q, g, lane]
+            shift_history(buf, tc, H)
         restore_fp_mode(fp)
 
 
@@ -169,8 +157,9 @@ def pooled(
     minlvl, use_limit, out_offset, out_scale = front[6:10]
     wd = np.ascontiguousarray(dec_weight.detach().cpu().numpy().reshape(-1), np.float64)
     K, R = wd.shape[0], int(dec_factor)
-    hist = np.zeros((N, K - 1, C))
-    k = kernel_inputs(x[:, :0], front, None, hist)
+    # the kernel starts the DRNL and the decimator from rest (its buffer's history rows are
+    # zeros): no decimator history to pack
+    k = kernel_inputs(x[:, :0], front, None, np.zeros((N, 0, C)))
     xn = x.detach().numpy()
     we = np.ascontiguousarray(ear_weight.detach().numpy().reshape(-1), np.float64)
     round32 = x.dtype == torch.float32

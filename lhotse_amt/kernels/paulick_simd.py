@@ -343,6 +343,16 @@ _GROUP = 8
 _CHUNK = 256
 
 
+@njit(inline="always", **_NOPY)
+def shift_history(buf, tc, H):  # pragma: no cover - compiled
+    # buf (H + chunk, G, 8): the last H rows of a chunk of tc rows to the front, the
+    # decimator's history for the next chunk (a forward copy: no overlap)
+    for q in range(H):
+        for g in range(buf.shape[1]):
+            for lane in range(8):
+                buf[q, g, lane] = buf[tc + q, g, lane]
+
+
 @njit(**_NOPY)
 def _blocks_kernel(t0, t1, x, P, Z, hist, wd, y, j0, G, SL, S1, S2, J, K, R, FLAGS):  # noqa: E501  # pragma: no cover
     # jobs t0 .. t1 of N * NG (row, group of G blocks)
@@ -389,10 +399,7 @@ def _blocks_kernel(t0, t1, x, P, Z, hist, wd, y, j0, G, SL, S1, S2, J, K, R, FLA
                                 y[r, k, i + ii] = yb[g, ii, lane]
                 i += cnt
                 nxt += cnt * R
-            for q in range(H):  # the last K - 1 values to the front (forward: no overlap)
-                for g in range(G):
-                    for lane in range(8):
-                        buf[q, g, lane] = buf[tc + q, g, lane]
+            shift_history(buf, tc, H)
         for g in range(G):
             for q in range(H):
                 for lane in range(8):
