@@ -114,6 +114,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-cpu", action="store_true", help="skip the CPU batch-8 column")
     ap.add_argument("--no-training", action="store_true")
+    ap.add_argument("--no-features", action="store_true")
     ap.add_argument("--json", help="write all figures here")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -133,7 +134,7 @@ def main() -> None:
         res[kind].setdefault(key[0], {})[key[1]] = r
         print(kind, key, json.dumps(r), flush=True)
 
-    for name in args.models:
+    for name in [] if args.no_features else args.models:
         for b in args.batches:
             cell(
                 "features", (name, f"cuda-{b}"), features, name, b, args.seconds, args.reps, "cuda"

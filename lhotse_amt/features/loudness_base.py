@@ -219,11 +219,14 @@ def _segment(x32: Tensor, s0: int, s1: int) -> Tensor:
 def _pool(feats: np.ndarray, lo: int, hi: int, a: int, b: int, sr: int, den: int) -> np.ndarray:
     """Lhotse frames ``a … b - 1`` as the means of the rows ``feats (hi - lo, D)`` of the
     model frames ``lo … hi - 1`` (frame ``i`` belongs to Lhotse frame ``(i * sr) // den``;
-    frames before 0 are not pooled)."""
+    frames before 0 are not pooled). The groups are runs of consecutive rows, summed by
+    one ``reduceat``."""
     idx = np.arange(lo, hi)
     keep = idx >= 0
     grp = (idx[keep] * sr) // den - a
-    sums = np.zeros((b - a, feats.shape[1]))
-    np.add.at(sums, grp, feats[keep])
     counts = np.bincount(grp, minlength=b - a)
+    sums = np.zeros((b - a, feats.shape[1]))
+    present = np.flatnonzero(counts)
+    if present.size:
+        sums[present] = np.add.reduceat(feats[keep], (np.cumsum(counts) - counts)[present], 0)
     return sums / counts[:, None]

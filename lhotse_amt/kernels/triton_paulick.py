@@ -188,9 +188,12 @@ def frontend(
     )
 
 
-#: input samples per chunk of :func:`pooled` (rounded down to a multiple of the decimation
-#: factor): bounds the stage-wise intermediates, ``(N C, chunk)`` float64 each
+#: input samples per chunk of :func:`pooled` at most (rounded down to a multiple of the
+#: decimation factor): bounds the stage-wise intermediates, ``(N C, chunk)`` float64 each
 POOLED_CHUNK = 1 << 16
+#: bytes of one ``(N C, chunk)`` float64 intermediate at most: a large batch takes shorter
+#: chunks, so a chunk's stage outputs stay near 2 GB on the device whatever the batch
+POOLED_BLOCK_BYTES = 256 << 20
 
 
 def pooled(
@@ -201,8 +204,9 @@ def pooled(
     """CUDA version of :func:`lhotse_amt.kernels.paulick_pooled.pooled` (same arguments and
     result): the ear filter (:func:`fir`, its history read from ``x``), :func:`frontend`
     with the decimator, then the pooled modulation filterbank,
-    over chunks of ``chunk`` input samples (``None``: :data:`POOLED_CHUNK`; rounded down
-    to a multiple of ``R = dec_factor``, so every chunk starts at a decimated sample)
+    over chunks of ``chunk`` input samples (``None``: :data:`POOLED_CHUNK`, or fewer so
+    that a ``(N C, chunk)`` float64 block stays within :data:`POOLED_BLOCK_BYTES`; rounded
+    down to a multiple of ``R = dec_factor``, so every chunk starts at a decimated sample)
     carrying every state. A frame's value is the mean of its parts in the chunks it
     overlaps, weighted by their lengths (squares for rms): the one-pass value to float
     rounding."""
@@ -212,7 +216,9 @@ def pooled(
     N, T = x.shape
     drnl_coefs, ihc_consts, w, adapt_a, adapt_m, s, *consts = front
     C, R = drnl_coefs[0].shape[0], int(dec_factor)
-    chunk = max(R, int(POOLED_CHUNK if chunk is None else chunk) // R * R)
+    if chunk is None:
+        chunk = min(POOLED_CHUNK, POOLED_BLOCK_BYTES // (8 * N * C))
+    chunk = max(R, int(chunk) // R * R)
     st, sp, cnt = (t.detach().cpu().numpy().astype(np.int64) for t in frames)
     st, sp = st.reshape(N, -1), sp.reshape(N, -1)
     F = st.shape[1]

@@ -211,10 +211,14 @@ for dtype, K, stride, start, n_out in (
     got, ref = both(lambda: ops.fir(buf, w, start, stride, n_out))
     close("fir", got, ref, 1e-12 if dtype == D else 1e-6)
 
-# the pooled chain: chunks of 48 input samples (frames of 30 samples straddle them), items
-# of different lengths, mean and rms, against the CPU's one pass
-tri.POOLED_CHUNK = 48
-for dtype, rms in ((D, False), (torch.float32, True)):
+# the pooled chain: chunks of 48 input samples (frames of 30 samples straddle them), set
+# by the chunk length or by the bytes of a block of B C rows, items of different lengths,
+# mean and rms, against the CPU's one pass
+for dtype, rms, chunk, block_bytes in (
+    (D, False, 48, 1 << 30),
+    (torch.float32, True, 4096, 8 * B * C * 48),
+):
+    tri.POOLED_CHUNK, tri.POOLED_BLOCK_BYTES = chunk, block_bytes
     x = signal(B, T, dtype)
     front, *args = pooled_args(m, C, B, T, 30, [T, 101])
     ear = m.outer_middle_ear.weight.reshape(-1).to(dtype)
