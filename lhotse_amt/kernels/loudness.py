@@ -30,10 +30,10 @@ intensity being zero, instead of compacting the kept ones first, and two such co
 frames share one pass over each channel's components (shared loads and channel terms, twice
 the work per loop iteration: a channel's sum is a few hundred terms, so loop overhead
 matters); so do two consecutive sparse frames whose kept sets nearly coincide (tones), over
-the union of those sets. The slope factors can be
-computed in the kernel from the components' levels per ERB (``slope_from_level``), so the
-models never materialise them. Results agree with the reference to float rounding (tests:
-<= 1e-13 relative in float64, <= 1e-5 in float32).
+the union of those sets (a frame without a partner is summed as the pair of itself). The
+slope factors can be computed in the kernel from the components' levels per ERB
+(``slope_from_level``), so the models never materialise them. Results agree with the
+reference to float rounding (tests: <= 1e-13 relative in float64, <= 1e-5 in float32).
 
 Computed in the input dtype (float32 or float64). No gradient: the models use this kernel only
 when no gradient is needed and fall back to the torch reference otherwise.
@@ -230,24 +230,25 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
         # frames: every component below the top channel; sparse ones: the kept components
         # of frame fr or fr2 (a tone's are nearly the same in two consecutive frames),
         # compacted for both frames, a component absent from one frame having intensity 0
-        # and slope 1 there (a finite term times zero); a single sparse frame is laid out
-        # as the pair (fr, fr)
+        # and slope 1 there (a finite term times zero). A frame without a partner is laid
+        # out as the pair (fr, fr) and written twice: one loop form to compile (each
+        # vectorised loop costs compile time at a process's first extract), at the price
+        # of a second sum for the rare unpaired frame
         fr2 = fr + 1 if pair else fr
         if dense[fr]:  # zero intensities included (their terms are 0); vectorised
             n = kmax
-            nq = 2 if pair else 1
+            nq = 2
             ff = fd
             for k in range(kmax):
                 v = inten[fr, k]
                 ig[_PAD + k] = v
                 il[_PAD + k] = v * _LN2_32
                 sg[_PAD + k] = s[fr, k]
-            if pair:
-                for k in range(kmax):
-                    v = inten[fr2, k]
-                    ig2[_PAD + k] = v
-                    il2[_PAD + k] = v * _LN2_32
-                    sg2[_PAD + k] = s[fr2, k]
+            for k in range(kmax):
+                v = inten[fr2, k]
+                ig2[_PAD + k] = v
+                il2[_PAD + k] = v * _LN2_32
+                sg2[_PAD + k] = s[fr2, k]
         else:
             n = 0
             nq = 2
@@ -297,54 +298,33 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
                 while j < n and kg[j] < kc[c]:
                     j += 1
             jc[c] = j
-        if pair:
-            for c in range(n_ch):
-                j = jc[c]
-                pc = p2[c]
-                qc = q2[c]
-                acc = _ZERO_32
-                acc2 = _ZERO_32
-                total = np.uint64(j + (-j) % _PAD)
-                m0 = pad + np.uint64(j) - total
-                if clamp:
-                    for i in range(total):
-                        m = m0 + np.uint64(i)
-                        h = qc * ff[m] - pc
-                        y = sg[m] * h
-                        y2 = sg2[m] * h
-                        y = _YMIN_32 if _YMIN_32 > y else y
-                        y2 = _YMIN_32 if _YMIN_32 > y2 else y2
-                        acc += _skirt_term32(y, ig[m], il[m])
-                        acc2 += _skirt_term32(y2, ig2[m], il2[m])
-                else:
-                    for i in range(total):
-                        m = m0 + np.uint64(i)
-                        h = qc * ff[m] - pc
-                        acc += _skirt_term32(sg[m] * h, ig[m], il[m])
-                        acc2 += _skirt_term32(sg2[m] * h, ig2[m], il2[m])
-                out[fr, c] = acc
-                out[fr2, c] = acc2
-            fr += 2
-            continue
         for c in range(n_ch):
             j = jc[c]
             pc = p2[c]
             qc = q2[c]
             acc = _ZERO_32
-            total = np.uint64(j + (-j) % _PAD)  # terms summed, a multiple of PAD
+            acc2 = _ZERO_32
+            total = np.uint64(j + (-j) % _PAD)
             m0 = pad + np.uint64(j) - total
             if clamp:
                 for i in range(total):
                     m = m0 + np.uint64(i)
-                    y = sg[m] * (qc * ff[m] - pc)
+                    h = qc * ff[m] - pc
+                    y = sg[m] * h
+                    y2 = sg2[m] * h
                     y = _YMIN_32 if _YMIN_32 > y else y
+                    y2 = _YMIN_32 if _YMIN_32 > y2 else y2
                     acc += _skirt_term32(y, ig[m], il[m])
+                    acc2 += _skirt_term32(y2, ig2[m], il2[m])
             else:
                 for i in range(total):
                     m = m0 + np.uint64(i)
-                    acc += _skirt_term32(sg[m] * (qc * ff[m] - pc), ig[m], il[m])
+                    h = qc * ff[m] - pc
+                    acc += _skirt_term32(sg[m] * h, ig[m], il[m])
+                    acc2 += _skirt_term32(sg2[m] * h, ig2[m], il2[m])
             out[fr, c] = acc
-        fr += 1
+            out[fr2, c] = acc2
+        fr = fr2 + 1
 
 
 def lower_skirt_numpy(
