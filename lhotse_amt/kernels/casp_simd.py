@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
-from numba import literally, njit, types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -42,7 +42,7 @@ from .jobs import literal_entry, run_jobs
 from .modbank_simd import _CHUNK, _mod8
 from .modbank_simd import _layout as _mod_layout
 from .paulick_simd import _lits, _sections, adaptation_loops_blocks
-from .simd import WIDTH, Codegen, store_tiles, vector_codegen
+from .simd import WIDTH, Codegen, group_job, store_tiles, vector_codegen
 
 __all__ = ["acc8", "block_segments", "pooled", "samples", "supported"]
 
@@ -181,20 +181,11 @@ def _samples_kernel(j0, j1, x, P, Z, PM, ZM, rowoff, y, K, SI, J, G, FLAGS, SP, 
     # Z (B, NBp, NZ, 8): front; PM (NBp, NPM, 8), ZM (B, NBp, NZM, 8): modulation
     # filterbank (modbank_simd layout); rowoff (NBp, M1 + 1, 8): output row of (block,
     # band, lane), -1 where not written; y (B, R, T)
-    literally(K)
-    literally(SI)
-    literally(J)
-    literally(G)
-    literally(FLAGS)
-    literally(SP)
-    literally(SL)
-    literally(M1)
     B, R, T = y.shape
     NG = P.shape[0] // G
     yflat = y.reshape(-1)
     for job in range(j0, j1):
-        b = job // NG
-        blk0 = (job - b * NG) * G
+        b, blk0 = group_job(job, NG, G)
         fp = denormals_off()
         buf = np.zeros((G, _CHUNK, 8))
         ob = np.empty((M1 + 1, _CHUNK, 8))
@@ -362,20 +353,10 @@ def _pooled_kernel(
     # hop samples into sums (B, C, M1 + 1, nblk) instead of written; item b stops at
     # ends[b] (its states are those after sample ends[b] - 1, as the channel-vectorised
     # kernel's)
-    literally(K)
-    literally(SI)
-    literally(J)
-    literally(G)
-    literally(FLAGS)
-    literally(SP)
-    literally(SL)
-    literally(M1)
-    literally(SQUARE)
     B, T = x.shape
     NG = P.shape[0] // G
     for job in range(j0, j1):
-        b = job // NG
-        blk0 = (job - b * NG) * G
+        b, blk0 = group_job(job, NG, G)
         fp = denormals_off()
         buf = np.zeros((G, _CHUNK, 8))
         ob = np.empty((M1 + 1, _CHUNK, 8))

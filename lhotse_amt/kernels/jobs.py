@@ -12,15 +12,18 @@ thread runs the first range, a pool of worker threads the others. The number of 
 follows ``torch.get_num_threads()`` (at most ``NUMBA_NUM_THREADS``), as for the parallel
 kernels (:func:`lhotse_amt.kernels.cpu._threads`).
 
-Their structural arguments are ``literally`` integers (the generated code depends on
-them): :func:`literal_entry` compiles or loads the specialisation for the values at hand
-directly, without numba's first typing attempt with plain integers, and keeps its compiled
-entry point, so later calls skip the dispatcher's type resolution too (~0.1 s per call for a
-dispatcher call with ``literally`` arguments). It compiles them at LLVM optimisation level
-:data:`LITERAL_OPT` instead of numba's default 3: their IR is written vector by vector
-(:mod:`lhotse_amt.kernels.simd`), so the extra work of level 3 finds nothing to improve in
-it (the same kernel speed, measured) but took a third of the compile time of the larger
-ones (the Paulick2024 front end and modulation filterbank: 1.1 of 3.4 CPU-s).
+Their structural arguments are literal integers (the generated code depends on them;
+the register intrinsics refuse plain integers): :func:`literal_entry`, the one way these
+kernels are launched, types them as integer literals and compiles or loads the
+specialisation for the values at hand directly (the kernels need no ``numba.literally``
+calls, nor numba's first typing attempt with plain integers that those would make), and
+keeps its compiled entry point, so later calls skip the dispatcher's type resolution too
+(~0.1 s per call for a dispatcher call with ``literally`` arguments). It compiles them at
+LLVM optimisation level :data:`LITERAL_OPT` instead of numba's default 3: their IR is
+written vector by vector (:mod:`lhotse_amt.kernels.simd`), so the extra work of level 3
+finds nothing to improve in it (the same kernel speed, measured) but took a third of the
+compile time of the larger ones (the Paulick2024 front end and modulation filterbank: 1.1
+of 3.4 CPU-s).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from numba.core.compiler_lock import global_compiler_lock
 
 __all__ = ["LITERAL_OPT", "kernel_threads", "literal_entry", "opt_level", "run_jobs"]
 
-#: LLVM optimisation level of the ``literally`` specialisations (numba's default: 3)
+#: LLVM optimisation level of the literal specialisations (numba's default: 3)
 LITERAL_OPT = 2
 
 #: compiled entry points per dispatcher, argument types and literal values
@@ -71,8 +74,8 @@ def opt_level(level: int) -> Iterator[None]:
 
 def literal_entry(disp: Any, args: tuple, n_lit: int) -> Callable[..., Any]:
     """The compiled entry point of the numba dispatcher ``disp`` for ``args`` whose last
-    ``n_lit`` values are ``literally`` integers (compiled, or loaded from numba's cache,
-    on first use). The entry point takes the same arguments as ``disp``."""
+    ``n_lit`` values are the kernel's literal integers (compiled, or loaded from numba's
+    cache, on first use). The entry point takes the same arguments as ``disp``."""
     key = (disp, *(numba.typeof(a) for a in args[:-n_lit]), *(int(v) for v in args[-n_lit:]))
     ep = _ENTRY.get(key)
     if ep is None:

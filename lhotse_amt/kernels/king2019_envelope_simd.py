@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
-from numba import literally, njit, types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -180,8 +180,6 @@ def _envelopes_kernel(j0, j1, u, h, y, bands, P, Z, Q, L, G, S, FLAGS):  # noqa:
     # input and its Hilbert transform (views, may be rows of y);
     # y (B, C, M, T) output, band bands[i] written; P (B, NB, bands * NPB, 8); Z (B, NB,
     # bands * NZB, 8) zeros; Q (bands, 2 S, 2 S); L (bands,); G (bands * S * T,)
-    literally(S)
-    literally(FLAGS)
     B, C, M, T = y.shape
     NB = P.shape[1]
     nband = bands.shape[0]

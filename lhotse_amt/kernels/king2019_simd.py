@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
-from numba import literally, njit, types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -246,13 +246,6 @@ def _samples_kernel(j0, j1, x, P, Z, y, written, urow, K, SI, SO, M, S, NG, SUMS
     # jobs j0 .. j1 of B * NB (item, block of 8 channels); x (B, T) float64; P (NB,
     # NP, 8); Z (B, NB, NZ, 8) (updated); y (B, C, M, T): band m
     # written where written[m]; the band-pass input into the rows of band urow (>= 0)
-    literally(K)
-    literally(SI)
-    literally(SO)
-    literally(M)
-    literally(S)
-    literally(NG)
-    literally(SUMS)
     B, C, _, T = y.shape
     NB = P.shape[0]
     yflat = y.reshape(-1)
@@ -364,13 +357,6 @@ def _pooled_kernel(j0, j1, x, ends, hop, P, Z, sums, K, SI, SO, M, S, NG, SQUARE
     # with SQUARE) over blocks of hop samples into sums (B, C, M, nblk); item b stops at
     # ends[b] (its states are those after sample ends[b] - 1, as the channel-vectorised
     # kernel's)
-    literally(K)
-    literally(SI)
-    literally(SO)
-    literally(M)
-    literally(S)
-    literally(NG)
-    literally(SQUARE)
     B, T = x.shape
     C = sums.shape[1]
     NB = P.shape[0]

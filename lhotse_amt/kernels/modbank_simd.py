@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 from llvmlite import ir
-from numba import literally, njit, types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -183,9 +183,6 @@ def _mod8(typingctx, ib, nt, P, Z, ob, SP, SL, M1, FLAGS):  # noqa: ANN001
 def _blocks_kernel(j0, j1, x, P, Z, sc, y, SP, SL, M1):  # pragma: no cover - compiled
     # jobs j0 .. j1 of B * NB (item, block of 8 channels); x (B, C, T); P (NB, NP, 8);
     # Z (B, NB, NZ, 8); sc (C, M1 + 1); y (B, C, M1 + 1, T)
-    literally(SP)
-    literally(SL)
-    literally(M1)
     B, C, T = x.shape
     NB = P.shape[0]
     yflat = y.reshape(-1)
@@ -286,10 +283,6 @@ def _pooled_kernel(j0, j1, x, P, Z, s, e, nf, R, out, SP, SL, M1, FLAGS):  # noq
     # rounded to its dtype. FLAGS: 1 (samples band by band in the buffer) | 2 (float32
     # output) | 4 (rms pooling); _mod8 rounds and squares. Bands a channel lacks have
     # scale 0, so their values are +-0.0 (the written output's 0.0; the same pooled values)
-    literally(SP)
-    literally(SL)
-    literally(M1)
-    literally(FLAGS)
     rms = (FLAGS & 4) != 0
     B, C, T = x.shape
     NB = P.shape[0]

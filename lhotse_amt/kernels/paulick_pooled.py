@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from numba import literally, njit
+from numba import njit
 
 from .fastmath import NO_CFUNC, denormals_off, restore_fp_mode
 from .jobs import literal_entry, run_jobs
@@ -34,6 +34,7 @@ from .modbank_simd import _Packed as _ModulationPacked
 from .paulick import tap_sums
 from .paulick_frontend import kernel_inputs
 from .paulick_simd import _CHUNK, _decim8, _drnl8, _hair8, pack, shift_history
+from .simd import group_job
 
 __all__ = ["pooled"]
 
@@ -51,18 +52,6 @@ def _pooled_kernel(
     # block (NB <= NG G: the group padding blocks have none); s, e (N, F) frame spans,
     # nf (N,) frames per row; out (N, C, M1 + 1, F). FLAGS: the front end's (1 limiter,
     # 2 float32), MFLAGS: the pooled bank's (1 | 2 float32 | 4 rms)
-    literally(G)
-    literally(SL)
-    literally(S1)
-    literally(S2)
-    literally(J)
-    literally(K)
-    literally(R)
-    literally(FLAGS)
-    literally(SP)
-    literally(SM)
-    literally(M1)
-    literally(MFLAGS)
     N, T = x.shape
     NG = P.shape[0] // G
     NB = PM.shape[0]
@@ -76,8 +65,7 @@ def _pooled_kernel(
     Rv = np.int64(R)  # not a literal: pool_chunk's one compiled version serves every R
     KE = we.shape[0]
     for t in range(t0, t1):
-        r = t // NG
-        b0 = (t - r * NG) * G
+        r, b0 = group_job(t, NG, G)
         fp = denormals_off()
         Pg = P[b0 : b0 + G]
         Zg = Z[r, b0 : b0 + G]

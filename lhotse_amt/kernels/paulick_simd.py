@@ -36,13 +36,13 @@ from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
-from numba import literally, njit, types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .fastmath import NO_CFUNC, denormals_off, restore_fp_mode
 from .jobs import literal_entry, run_jobs
-from .simd import WIDTH, Codegen, VecBuilder, vector_codegen
+from .simd import WIDTH, Codegen, VecBuilder, group_job, vector_codegen
 
 __all__ = ["Packed", "frontend_kernel", "pack", "supported"]
 
@@ -356,21 +356,12 @@ def shift_history(buf, tc, H):  # pragma: no cover - compiled
 @njit(**_NOPY)
 def _blocks_kernel(t0, t1, x, P, Z, hist, wd, y, j0, G, SL, S1, S2, J, K, R, FLAGS):  # noqa: E501  # pragma: no cover
     # jobs t0 .. t1 of N * NG (row, group of G blocks)
-    literally(G)
-    literally(SL)
-    literally(S1)
-    literally(S2)
-    literally(J)
-    literally(K)
-    literally(R)
-    literally(FLAGS)
     N, T = x.shape
     NG = P.shape[0] // G
     Cy = y.shape[1]
     H = K - 1
     for t in range(t0, t1):
-        r = t // NG
-        b0 = (t - r * NG) * G
+        r, b0 = group_job(t, NG, G)
         fp = denormals_off()
         Pg = P[b0 : b0 + G]
         Zg = Z[r, b0 : b0 + G]

@@ -33,6 +33,7 @@ __all__ = [
     "VecBuilder",
     "array_ptr",
     "block_ptr",
+    "group_job",
     "lane_block",
     "store_tiles",
     "transpose8",
@@ -96,6 +97,14 @@ def lane_block(job, NB, C):  # noqa: ANN001, ANN201  # pragma: no cover - compil
     blk = job - b * NB
     c0 = blk * WIDTH
     return b, blk, c0, min(WIDTH, C - c0)
+
+
+@njit(inline="always")
+def group_job(job, NG, G):  # noqa: ANN001, ANN201  # pragma: no cover - compiled
+    """Job ``job`` of a register kernel's ``B * NG`` jobs (item, group of ``G`` blocks of
+    8 channels): the item ``b`` and the group's first block ``blk0``."""
+    b = job // NG
+    return b, (job - b * NG) * G
 
 
 class Codegen:
