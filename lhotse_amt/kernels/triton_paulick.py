@@ -250,11 +250,12 @@ def pooled(
         local = tuple(torch.from_numpy(a).to(dev) for a in (ls - t0, le - t0, n))
         means, mst = modulation_pooled(y, mod_filters, mst, local, R, rms)
         part = means.square() if rms else means
-        part = part * torch.from_numpy((le - ls).astype(np.float64)).to(dev)[:, None, None]
-        for b in range(N):
-            if n[b]:
-                f0 = int(first[b])
-                total[b, :, :, f0 : f0 + int(n[b])] += part[b, :, :, : int(n[b])]
+        # each row's run of frames added at its place in one scatter (the padding entries
+        # past a row's run carry weight 0 and land on a frame of that row: exact zeros)
+        weight = np.where(np.arange(Fl)[None, :] < n[:, None], le - ls, 0).astype(np.float64)
+        part = part * torch.from_numpy(weight).to(dev)[:, None, None]
+        where = torch.from_numpy(idx).to(dev)[:, None, None, :].expand(part.shape)
+        total.scatter_add_(3, where, part)
     length = torch.from_numpy(np.where(valid, sp - st, 1).astype(np.float64)).to(dev)
     total = total / length[:, None, None]
     return total.sqrt() if rms else total
