@@ -35,7 +35,7 @@ import torch
 from numba import njit, prange
 
 from . import casp_simd, modbank_simd
-from .cpu import _threads, adaptation_loops_lanes
+from .cpu import _threads, adaptation_loops_lanes, complex_pole_lanes
 from .fastmath import KERNEL_OPTS, denormals_off, restore_fp_mode
 
 __all__ = ["CASPPooledPlan", "casp_pooled", "casp_samples", "fused_supported"]
@@ -135,13 +135,7 @@ def _casp_item(
             ur[c] = xn
             ui[c] = 0.0
         for k in range(K):
-            for c in range(P):
-                nr = pr[c] * gre[k, c] - pi[c] * gim[k, c] + ur[c]
-                ni = pr[c] * gim[k, c] + pi[c] * gre[k, c] + ui[c]
-                gre[k, c] = nr
-                gim[k, c] = ni
-                ur[c] = nr
-                ui[c] = ni
+            complex_pole_lanes(P, pr, pi, gre[k], gim[k], ur, ui)
         # half-wave rectification, IHC low-pass, floor of the adaptation loops
         for c in range(P):
             q = g2[c] * ur[c]

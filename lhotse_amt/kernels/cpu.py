@@ -91,6 +91,20 @@ def _store_lanes(buf, c0, nc, t0, n, y):  # pragma: no cover - compiled
 
 
 @njit(inline="always", **_NOPY)
+def complex_pole_lanes(W, pr, pi, sr, si, ur, ui):  # pragma: no cover - compiled
+    # one complex one-pole section s <- p s + u on lanes 0 .. W - 1 at one sample (a stage
+    # of the gammatone, a resonator): state sr + i si, pole pr + i pi, input ur + i ui,
+    # which becomes the section's output (the next section's input)
+    for k in range(W):
+        nr = pr[k] * sr[k] - pi[k] * si[k] + ur[k]
+        ni = pr[k] * si[k] + pi[k] * sr[k] + ui[k]
+        sr[k] = nr
+        si[k] = ni
+        ur[k] = nr
+        ui[k] = ni
+
+
+@njit(inline="always", **_NOPY)
 def sos_lane_coefs(co, k, sos, c):  # pragma: no cover - compiled
     # b0, b1, b2, a1, a2 of every section of coefficient row c of sos (N, S, 6) into lane
     # k of co (S, 5, W)

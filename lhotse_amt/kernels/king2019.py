@@ -32,7 +32,7 @@ from numba import njit, prange
 from .. import _alloc
 from . import king2019_simd, modbank_simd
 from .casp import _F, _WRITE_BLOCK, _flush, gammatone_lanes, pooled_start
-from .cpu import _threads
+from .cpu import _threads, complex_pole_lanes
 from .fastmath import denormals_off, pow_pos_inline, restore_fp_mode
 from .hilbert import phase_insensitivity_cpu_
 from .king2019_envelope import (
@@ -100,13 +100,7 @@ def _king_item(
                         ur[t, c] = x[n0 + t]
                         ui[t, c] = 0.0
             for t in range(nb):
-                for c in range(P):
-                    nr = pr[c] * gre[k, c] - pi[c] * gim[k, c] + ur[t, c]
-                    ni = pr[c] * gim[k, c] + pi[c] * gre[k, c] + ui[t, c]
-                    gre[k, c] = nr
-                    gim[k, c] = ni
-                    ur[t, c] = nr
-                    ui[t, c] = ni
+                complex_pole_lanes(P, pr, pi, gre[k], gim[k], ur[t], ui[t])
         # compression: x below the knee, sign(x) coef |x|^n above it; then half-wave
         # rectification
         for t in range(nb):

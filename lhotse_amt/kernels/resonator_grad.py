@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit, prange
 
 from .autodiff import _CKA, KERNEL_OPTS, lane_group
-from .cpu import _load_lane_pairs, _load_lanes, _store_lanes
+from .cpu import _load_lane_pairs, _load_lanes, _store_lanes, complex_pole_lanes
 from .fastmath import assume_distinct_arrays, denormals_off, restore_fp_mode
 from .rows import RowKernels, numba_launch
 
@@ -118,13 +118,7 @@ def _res_fwd(x, xrow, pole, gain, mode, crow, zi, y, zf, ck):  # pragma: no cove
                 vr[k] = np.float64(x[xr[k], n])
                 vi[k] = 0.0
             for q in range(K):
-                for k in range(W):
-                    nre = pr[k] * sr[q, k] - pi[k] * si[q, k] + vr[k]
-                    nim = pr[k] * si[q, k] + pi[k] * sr[q, k] + vi[k]
-                    sr[q, k] = nre
-                    si[q, k] = nim
-                    vr[k] = nre
-                    vi[k] = nim
+                complex_pole_lanes(W, pr, pi, sr[q], si[q], vr, vi)
             for k in range(W):
                 wr = gr[k] * vr[k] - gi[k] * vi[k]
                 wi = gr[k] * vi[k] + gi[k] * vr[k]
