@@ -128,15 +128,24 @@ def _row_bwd(g, x, h, k, c1, c2, gx, gh):  # pragma: no cover - compiled
 
 
 @njit(parallel=True, **_OPTS)
-def _fwd(x, h, slot, out, stats):  # pragma: no cover - compiled
-    R, M, T = x.shape
+def _copy_other_bands(src, slot, dst):  # pragma: no cover - compiled
+    # dst[r, m] = src[r, m] for the bands m not selected (slot[m] < 0): they pass through
+    # the operator unchanged (the forward's output, the backward's gradient)
+    R, M, _ = src.shape
+    for r in prange(R):
+        for m in range(M):
+            if slot[m] < 0:
+                dst[r, m, :] = src[r, m, :]
+
+
+@njit(parallel=True, **_OPTS)
+def _fwd(x, h, sel, out, stats):  # pragma: no cover - compiled
+    # the selected bands m = sel[s] (the others: _copy_other_bands)
+    R, S, T = h.shape
     for r in prange(R):
         fp = denormals_off()
-        for m in range(M):
-            s = slot[m]
-            if s < 0:
-                out[r, m, :] = x[r, m, :]
-                continue
+        for s in range(S):
+            m = sel[s]
             sx, sh = _row_power(x[r, m], h[r, s])
             se = sx + sh
             k = math.sqrt(sx / se) if se > 0.0 else 0.0
@@ -147,16 +156,14 @@ def _fwd(x, h, slot, out, stats):  # pragma: no cover - compiled
 
 
 @njit(parallel=True, **_OPTS)
-def _bwd_direct(g, x, h, slot, stats, gx, gh):  # pragma: no cover - compiled
-    # gx: the gradient of every band but the Hilbert term; gh = dL/de h / e (selected)
-    R, M, T = x.shape
+def _bwd_direct(g, x, h, sel, stats, gx, gh):  # pragma: no cover - compiled
+    # gx: the gradient of the selected bands m = sel[s] but the Hilbert term (the others:
+    # _copy_other_bands); gh = dL/de h / e
+    R, S, T = h.shape
     for r in prange(R):
         fp = denormals_off()
-        for m in range(M):
-            s = slot[m]
-            if s < 0:
-                gx[r, m, :] = g[r, m, :]
-                continue
+        for s in range(S):
+            m = sel[s]
             mx = stats[r, s, 0]
             me = stats[r, s, 1]
             if not me > 0.0:
@@ -221,7 +228,8 @@ def envelope_forward(
     _threads()
     out = _alloc.empty_tensor(tuple(x.shape), x.dtype)
     stats = torch.empty((x.shape[0], len(sel), 2), dtype=torch.float64)
-    _fwd(x.numpy(), h.numpy(), _slots(sel, x.shape[1]), out.numpy(), stats.numpy())
+    _copy_other_bands(x.numpy(), _slots(sel, x.shape[1]), out.numpy())
+    _fwd(x.numpy(), h.numpy(), _sel(sel), out.numpy(), stats.numpy())
     return out, stats
 
 
@@ -234,8 +242,8 @@ def envelope_backward_direct(
     _threads()
     gx = _alloc.empty_tensor(tuple(x.shape), x.dtype)
     gh = torch.empty_like(h)
-    slot = _slots(sel, x.shape[1])
-    _bwd_direct(g.numpy(), x.numpy(), h.numpy(), slot, stats.numpy(), gx.numpy(), gh.numpy())
+    _copy_other_bands(g.numpy(), _slots(sel, x.shape[1]), gx.numpy())
+    _bwd_direct(g.numpy(), x.numpy(), h.numpy(), _sel(sel), stats.numpy(), gx.numpy(), gh.numpy())
     return gx, gh
 
 
