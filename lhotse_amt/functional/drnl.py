@@ -308,7 +308,12 @@ def drnl(
     lin_in = xc * lin_gain.to(dtype)[:, None]
     y_lin, z_lin = sosfilt(lin_in, lin_sos, state.get("lin"), return_state=True, backend=fb)
     u, z1 = sosfilt(xc, nl_gt, state.get("nl1"), return_state=True, backend=fb)
-    u = broken_stick(u, a.to(dtype)[:, None], b.to(dtype)[:, None], c_t.to(dtype))
+    if be == "torch":
+        u = broken_stick(u, a.to(dtype)[:, None], b.to(dtype)[:, None], c_t.to(dtype))
+    else:  # the operator: one pass forward, one backward
+        from ..ops import drnl_compression
+
+        u = drnl_compression(u, a, b, c_t)
     u, z2 = sosfilt(u, nl2_sos, state.get("nl2"), return_state=True, backend=fb)
     y = (y_lin + u).to(x.dtype if x.is_floating_point() else dtype)
     return (y, {"lin": z_lin, "nl1": z1, "nl2": z2}) if return_state else y

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from .compression import broken_stick
+    from .compression import broken_stick, drnl_compression
     from .envelope import rms_envelope
     from .fir import strided_fir
     from .ihc_paulick import ihc_paulick_recursion
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 #: the operators defined in this package's modules, by the module that defines them
 _LAZY = {
     "broken_stick": "compression",
+    "drnl_compression": "compression",
     "rms_envelope": "envelope",
     "strided_fir": "fir",
     "ihc_paulick_recursion": "ihc_paulick",
@@ -58,6 +59,7 @@ __all__ = [
     "rms_envelope",
     "strided_fir",
     "broken_stick",
+    "drnl_compression",
     "row_map",
 ]
 
