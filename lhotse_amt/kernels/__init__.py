@@ -12,8 +12,9 @@ Compiled CPU kernels are cached on disk by numba (``cache=True``): next to the s
 directory (numba's fallback, e.g. ``~/.cache/numba``); ``NUMBA_CACHE_DIR`` chooses the
 directory. ``lhotse-amt amt warmup`` fills the cache, e.g. when building a container image.
 A warm process loads the cached specialisations without numba's refresh of its whole CPU
-target (:mod:`lhotse_amt.kernels.cache_load`): each module of this package has its numba
-dispatchers switched to that loading as it is imported.
+target (:mod:`lhotse_amt.kernels.cache_load`), and a cache miss compiles with Python's
+garbage collector paused (:mod:`lhotse_amt.kernels.compile_gc`): each module of this
+package has its numba dispatchers switched to both as it is imported.
 
 Importing the package leaves numba's settings alone. :func:`use_fork_safe_threading`
 (called by the ``lhotse-amt`` CLI) makes numba prefer threading layers that survive
@@ -82,7 +83,8 @@ class _KernelsPackage(types.ModuleType):
     """This package's module class: importing a submodule binds it here as an attribute
     (the import system's ``setattr(parent, name, submodule)``, after the submodule ran),
     and then its numba dispatchers are switched to loading their cached specialisations
-    directly (:func:`lhotse_amt.kernels.cache_load.load_directly`)."""
+    directly (:func:`lhotse_amt.kernels.cache_load.load_directly`) and to compiling with
+    the garbage collector paused (:func:`lhotse_amt.kernels.compile_gc.pause_gc_in_compiles`)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
@@ -92,8 +94,10 @@ class _KernelsPackage(types.ModuleType):
             and "numba" in sys.modules  # a module without numba has no dispatcher
         ):
             from .cache_load import load_directly
+            from .compile_gc import pause_gc_in_compiles
 
             load_directly(vars(value))
+            pause_gc_in_compiles(vars(value))
 
 
 sys.modules[__name__].__class__ = _KernelsPackage
