@@ -44,89 +44,60 @@ _COLS = 512  # columns per block
 
 @njit(**KERNEL_OPTS)
 def _matmul_serial(a, b, out):  # pragma: no cover - compiled
-    # blocks of 4 rows x 512 columns; in a block, rows i .. i + 3 and four k terms per pass
-    # over the columns (unsigned column indices: no wraparound code, the column loops
-    # vectorise), each element's chain in ascending k. Written out in one function: numba's
-    # inlining of helper functions (and a separate compile of each) cost more compile time
-    # at a process's first product than the whole kernel; so does the min builtin (compiled
-    # as a function of its own)
+    # M and K multiples of 4 (matmul pads): blocks of 4 rows x 512 columns, four k terms per
+    # pass over the columns (unsigned column indices: no wraparound code, the column loops
+    # vectorise), each element's chain in ascending k. Written out in one function with no
+    # remainder loops: numba's inlining of helper functions (and a separate compile of each)
+    # cost more compile time at a process's first product than the whole kernel; so does the
+    # min builtin (compiled as a function of its own), and every loop costs compile time in
+    # each of the two specialisations (float32 and float64)
     assume_distinct_arrays()
     prefer_wide_vectors()
     fp = denormals_off()
     M, K = a.shape
     N = b.shape[1]
     nc = (N + _COLS - 1) // _COLS
-    nt = (M + _ROWS - 1) // _ROWS * nc
-    for t in range(nt):
-        i0 = (t // nc) * _ROWS
-        i1 = i0 + _ROWS
-        i1 = M if M < i1 else i1
+    for t in range(M // _ROWS * nc):
+        i = (t // nc) * _ROWS
         j0 = (t % nc) * _COLS
         j1 = j0 + _COLS
         j1 = N if N < j1 else j1
         n = np.uint64(j1 - j0)
         uj0 = np.uint64(j0)
-        i = i0
-        while i + 4 <= i1:
-            o0 = out[i]
-            o1 = out[i + 1]
-            o2 = out[i + 2]
-            o3 = out[i + 3]
-            r0 = a[i]
-            r1 = a[i + 1]
-            r2 = a[i + 2]
-            r3 = a[i + 3]
+        o0 = out[i]
+        o1 = out[i + 1]
+        o2 = out[i + 2]
+        o3 = out[i + 3]
+        r0 = a[i]
+        r1 = a[i + 1]
+        r2 = a[i + 2]
+        r3 = a[i + 3]
+        for j in range(n):
+            jj = uj0 + j
+            o0[jj] = 0.0
+            o1[jj] = 0.0
+            o2[jj] = 0.0
+            o3[jj] = 0.0
+        for k in range(0, K, 4):
+            b0 = b[k]
+            b1 = b[k + 1]
+            b2 = b[k + 2]
+            b3 = b[k + 3]
+            a00, a01, a02, a03 = r0[k], r0[k + 1], r0[k + 2], r0[k + 3]
+            a10, a11, a12, a13 = r1[k], r1[k + 1], r1[k + 2], r1[k + 3]
+            a20, a21, a22, a23 = r2[k], r2[k + 1], r2[k + 2], r2[k + 3]
+            a30, a31, a32, a33 = r3[k], r3[k + 1], r3[k + 2], r3[k + 3]
             for j in range(n):
                 jj = uj0 + j
-                o0[jj] = 0.0
-                o1[jj] = 0.0
-                o2[jj] = 0.0
-                o3[jj] = 0.0
-            k = 0
-            while k + 4 <= K:
-                b0 = b[k]
-                b1 = b[k + 1]
-                b2 = b[k + 2]
-                b3 = b[k + 3]
-                a00, a01, a02, a03 = r0[k], r0[k + 1], r0[k + 2], r0[k + 3]
-                a10, a11, a12, a13 = r1[k], r1[k + 1], r1[k + 2], r1[k + 3]
-                a20, a21, a22, a23 = r2[k], r2[k + 1], r2[k + 2], r2[k + 3]
-                a30, a31, a32, a33 = r3[k], r3[k + 1], r3[k + 2], r3[k + 3]
-                for j in range(n):
-                    jj = uj0 + j
-                    x0 = b0[jj]
-                    x1 = b1[jj]
-                    x2 = b2[jj]
-                    x3 = b3[jj]
-                    # o[jj] += c0 x0 + c1 x1 + c2 x2 + c3 x3, one term after the other
-                    o0[jj] = (((o0[jj] + a00 * x0) + a01 * x1) + a02 * x2) + a03 * x3
-                    o1[jj] = (((o1[jj] + a10 * x0) + a11 * x1) + a12 * x2) + a13 * x3
-                    o2[jj] = (((o2[jj] + a20 * x0) + a21 * x1) + a22 * x2) + a23 * x3
-                    o3[jj] = (((o3[jj] + a30 * x0) + a31 * x1) + a32 * x2) + a33 * x3
-                k += 4
-            while k < K:
-                b0 = b[k]
-                a00, a10, a20, a30 = r0[k], r1[k], r2[k], r3[k]
-                for j in range(n):
-                    jj = uj0 + j
-                    x0 = b0[jj]
-                    o0[jj] += a00 * x0
-                    o1[jj] += a10 * x0
-                    o2[jj] += a20 * x0
-                    o3[jj] += a30 * x0
-                k += 1
-            i += 4
-        while i < i1:  # the last rows, one at a time
-            o0 = out[i]
-            r0 = a[i]
-            for j in range(n):
-                o0[uj0 + j] = 0.0
-            for k in range(K):
-                b0 = b[k]
-                a0 = r0[k]
-                for j in range(n):
-                    o0[uj0 + j] += a0 * b0[uj0 + j]
-            i += 1
+                x0 = b0[jj]
+                x1 = b1[jj]
+                x2 = b2[jj]
+                x3 = b3[jj]
+                # o[jj] += c0 x0 + c1 x1 + c2 x2 + c3 x3, one term after the other
+                o0[jj] = (((o0[jj] + a00 * x0) + a01 * x1) + a02 * x2) + a03 * x3
+                o1[jj] = (((o1[jj] + a10 * x0) + a11 * x1) + a12 * x2) + a13 * x3
+                o2[jj] = (((o2[jj] + a20 * x0) + a21 * x1) + a22 * x2) + a23 * x3
+                o3[jj] = (((o3[jj] + a30 * x0) + a31 * x1) + a32 * x2) + a33 * x3
     restore_fp_mode(fp)
 
 
@@ -178,5 +149,20 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     if K == 0:
         out[...] = 0.0
         return out
-    _serial_kernel(a.dtype)(a, b, out)
+    if K % 4:  # zero terms at the end of every chain: the same values
+        ap = np.zeros((M, K + 4 - K % 4), a.dtype)
+        ap[:, :K] = a
+        bp = np.zeros((ap.shape[1], N), a.dtype)
+        bp[:K] = b
+        a, b = ap, bp
+    fn = _serial_kernel(a.dtype)
+    m4 = M - M % _ROWS
+    if m4:
+        fn(a[:m4], b, out[:m4])
+    if m4 < M:  # the last rows in a zero-padded block of four
+        at = np.zeros((_ROWS, a.shape[1]), a.dtype)
+        at[: M - m4] = a[m4:]
+        ot = np.empty((_ROWS, N), a.dtype)
+        fn(at, b, ot)
+        out[m4:] = ot[: M - m4]
     return out

@@ -251,6 +251,13 @@ class FastExcitation:
         self.dtype = dtype
         self.n_channels = len(fc)
         self.wu = torch.tensor(wu, dtype=dtype)
+        # the low band's weights with zero rows up to a multiple of 4 components: the product
+        # kernel takes whole groups of four terms, and the extra ones (any intensity times a
+        # zero weight) leave every chain's value as it is, so no copy of the intensities is
+        # padded for it
+        self.h4 = -(-self.h0 // 4) * 4
+        self.wu_low = torch.zeros(self.h4, wu.shape[1], dtype=dtype)
+        self.wu_low[: self.h0] = self.wu[: self.h0]
         self.awu = torch.tensor(a @ wu[self.h0 :], dtype=torch.float64)
         self.window = torch.tensor(window, dtype=torch.float64)
         self.sliding = sliding_plans(band_variant)
@@ -303,8 +310,14 @@ class FastExcitation:
         if n_u <= auto_cost:
             if n_u == N_BINS:
                 return torch.from_numpy(matmul(ik_np, wu))
-            return torch.from_numpy(matmul(ik_np[:, cols], wu[cols]))
-        acc = torch.from_numpy(matmul(ik_np[:, :h0], wu[:h0]))
+            # gathered and padded to whole groups of four terms (zero weights, see wu_low)
+            n4 = -(-n_u // 4) * 4
+            w_kept = np.empty((n4, wu.shape[1]), wu.dtype)
+            np.take(wu, cols, axis=0, out=w_kept[:n_u])
+            w_kept[n_u:] = 0.0
+            cols = np.concatenate([cols, np.full(n4 - n_u, cols[0])])
+            return torch.from_numpy(matmul(ik_np[:, cols], w_kept))
+        acc = torch.from_numpy(matmul(ik_np[:, : self.h4], self.wu_low.numpy()))
         hi = torch.from_numpy(matmul(autocorr.to(torch.float64).numpy(), self.awu.numpy()))
 
         # minus the not-kept components the autocorrelation includes, and acc += hi, in one

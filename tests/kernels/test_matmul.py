@@ -64,6 +64,23 @@ def test_matmul_bits_do_not_depend_on_blocking_or_threads(restore_threads):
     np.testing.assert_array_equal(mm.matmul(a[:, :1], b[:1]), a[:, :1] * b[:1])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matmul_zero_terms_and_rows_leave_the_chains_as_they_are(dtype):
+    # the kernel takes whole groups of four rows and four k terms; other shapes are padded
+    # with zero terms and rows: the values must be those of the product padded by hand
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((10, 301)).astype(dtype)
+    b = rng.standard_normal((301, 37)).astype(dtype)
+    got = mm.matmul(a, b)
+    a4 = np.zeros((12, 304), dtype)
+    a4[:10, :301] = a
+    b4 = np.zeros((304, 37), dtype)
+    b4[:301] = b
+    np.testing.assert_array_equal(got, mm.matmul(a4, b4)[:10])
+    # the padded rows and columns touch no row of the result but their own
+    np.testing.assert_array_equal(got[9:], mm.matmul(a[9:], b))
+
+
 def test_matmul_empty_and_zero_inner_dimension():
     a = np.ones((3, 0), np.float64)
     b = np.ones((0, 4), np.float64)
