@@ -155,6 +155,7 @@ _Q0, _Q1, _Q2, _Q3, _Q4, _Q5 = (
 _LN2_32 = _F32(0.6931471805599453)
 _YMIN_32 = _F32(-80.0 * _LOG2E)  # the clamp v >= -80 in units of y = v log2(e)
 _TINY_32 = _F32(1e-30)
+_NEG_INF_32 = _F32(-np.inf)
 _PAD = 32  # float32 sums run over whole multiples of this many components
 
 
@@ -185,7 +186,7 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
     # are kept (dense spectra, no compaction), else the kept ones compacted; the leading PAD
     # entries stay zero-intensity padding (I = 0, s = 1, f = 0: a finite term times zero) so
     # that each channel's sum can start PAD-aligned before its end. Unsigned indices: no
-    # wraparound checks, the loop vectorises. The clamp y >= -80 log2(e) is skipped in frames
+    # wraparound checks, the loop vectorises. The clamp y >= -80 log2(e) is at -inf in frames
     # where it cannot act (0 <= s and s max(p2) < 80 log2(e), as y >= -s p2 for the
     # components below a channel's centre). Scratch from the caller (allocations here would
     # compile numpy's allocators into the kernel): wf (8, K + PAD) float32, rows ig, il, sg
@@ -288,6 +289,7 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
                 smin = sk if sk < smin else smin
                 smax = sk if sk > smax else smax
         clamp = not (smin >= _ZERO_32 and smax * p2max < -_YMIN_32)
+        ymin = _YMIN_32 if clamp else _NEG_INF_32
         # number of laid-out components below each channel centre: all below it (dense
         # rows), else the kept ones (kg: their bin indices, ascending)
         j = 0
@@ -306,22 +308,17 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
             acc2 = _ZERO_32
             total = np.uint64(j + (-j) % _PAD)
             m0 = pad + np.uint64(j) - total
-            if clamp:
-                for i in range(total):
-                    m = m0 + np.uint64(i)
-                    h = qc * ff[m] - pc
-                    y = sg[m] * h
-                    y2 = sg2[m] * h
-                    y = _YMIN_32 if _YMIN_32 > y else y
-                    y2 = _YMIN_32 if _YMIN_32 > y2 else y2
-                    acc += _skirt_term32(y, ig[m], il[m])
-                    acc2 += _skirt_term32(y2, ig2[m], il2[m])
-            else:
-                for i in range(total):
-                    m = m0 + np.uint64(i)
-                    h = qc * ff[m] - pc
-                    acc += _skirt_term32(sg[m] * h, ig[m], il[m])
-                    acc2 += _skirt_term32(sg2[m] * h, ig2[m], il2[m])
+            # one loop form for both cases (each costs compile time): without the clamp
+            # the bound is -inf, which leaves every y as it is
+            for i in range(total):
+                m = m0 + np.uint64(i)
+                h = qc * ff[m] - pc
+                y = sg[m] * h
+                y2 = sg2[m] * h
+                y = ymin if ymin > y else y
+                y2 = ymin if ymin > y2 else y2
+                acc += _skirt_term32(y, ig[m], il[m])
+                acc2 += _skirt_term32(y2, ig2[m], il2[m])
             out[fr, c] = acc
             out[fr2, c] = acc2
         fr = fr2 + 1
