@@ -108,33 +108,36 @@ def _tail32(
     prefer_wide_vectors()
     # float32 rows; branch-free so that the loops over channels vectorise: x**y is
     # exp(y log2(x) ln 2) and 10 log10(E) is 10 log10(2) log2(E), in float64 (relative error
-    # ~1e-10, well below float32 rounding). Scratch: base (C,) float32, w (3, C) float64
+    # ~1e-10, well below float32 rounding). Scratch: base (2 C,) float32, w (4, 2 C) float64
     floor, big, c, hi_div, hi_exp = k[0], k[1], np.float64(k[2]), k[3], np.float64(k[4])
     n_rows, n_ch = upper.shape
-    expo, pw, a_alpha_same = w[0], w[1], w[2]
+    expo, pw, a_alpha_same, lg = w[0], w[1], w[2], w[3]
     # row -1: a**alpha by the same expression as x**alpha, so that x == a (E far below
     # threshold, g E + a rounding to a) gives exactly 0, not the float32 rounding of
-    # a**alpha. The powers are written out once (each inline expansion of the power costs
-    # compile time at a process's first extract)
+    # a**alpha (its E is read from the last row and written there, then rewritten by that
+    # row). Each loop form and each inline expansion of log2 and exp is written once (they
+    # cost compile time at a process's first extract): one log2 pass over the power bases
+    # and, for the level in dB, the excitations
     for r in range(-1, n_rows):
-        if r < 0:
-            for ch in range(n_ch):
-                base[ch] = a[ch]
-                expo[ch] = np.float64(alpha[ch])
-        else:
-            # one power per channel: (E / hi_div) ** hi_exp above the high-level limit (and
-            # above threshold), else (g E + a) ** alpha
-            for ch in range(n_ch):
-                e = upper[r, ch] + lower[r, ch]
-                e = floor if floor > e else e  # max(e, floor), no builtin to compile
-                e_out[r, ch] = e
-                high = e > big and e > thr[ch]
-                base[ch] = e / hi_div if high else g[ch] * e + a[ch]
-                expo[ch] = hi_exp if high else np.float64(alpha[ch])
-        dst = a_alpha_same if r < 0 else pw
-        for ch in range(n_ch):  # positive normal float32 base: relative error ~1e-10
-            dst[ch] = _exp64(expo[ch] * _log2_pos32(base[ch]) * _LN2)
-        if r < 0:
+        first = r < 0
+        # one power per channel: (E / hi_div) ** hi_exp above the high-level limit (and
+        # above threshold), else (g E + a) ** alpha
+        for ch in range(n_ch):
+            e = upper[r, ch] + lower[r, ch]
+            e = floor if floor > e else e  # max(e, floor), no builtin to compile
+            e_out[r, ch] = e
+            base[n_ch + ch] = e
+            high = e > big and e > thr[ch]
+            b = e / hi_div if high else g[ch] * e + a[ch]
+            base[ch] = a[ch] if first else b
+            expo[ch] = hi_exp if high and not first else np.float64(alpha[ch])
+        n_log = 2 * n_ch if db and not first else n_ch
+        for i in range(n_log):  # positive normal float32: ~1e-10 absolute
+            lg[i] = _log2_pos32(base[i])
+        dst = a_alpha_same if first else pw
+        for ch in range(n_ch):  # relative error ~1e-10
+            dst[ch] = _exp64(expo[ch] * lg[ch] * _LN2)
+        if first:
             continue
         kept = 1.0 if anyk[r] else 0.0
         for ch in range(n_ch):
@@ -146,13 +149,9 @@ def _tail32(
             n_lo = c * (t * np.sqrt(t)) * core
             val = (c * pw[ch] if e > big else c * core) if e > thr[ch] else n_lo
             n_out[r, ch] = np.float32(val * (np.float64(mask[ch]) * kept))
-        # level in dB in a separate pass (a branch in the loop above stops its vectorisation)
-        if db and anyk[r]:
+        if db:  # level in dB (a branch in the loop above stops its vectorisation)
             for ch in range(n_ch):
-                e_out[r, ch] = np.float32(_DB_LOG2 * _log2_pos32(e_out[r, ch]))
-        elif db:
-            for ch in range(n_ch):
-                e_out[r, ch] = empty_db
+                e_out[r, ch] = np.float32(_DB_LOG2 * lg[n_ch + ch]) if anyk[r] else empty_db
 
 
 def specific_loudness_tail(
@@ -199,7 +198,7 @@ def specific_loudness_tail(
     )
     if upper.dtype == np.float32:  # a ** alpha recomputed in the kernel, scratch from here
         n_ch = upper.shape[1]
-        scratch = (np.empty(n_ch, np.float32), np.empty((3, n_ch), np.float64))
+        scratch = (np.empty(2 * n_ch, np.float32), np.empty((4, 2 * n_ch), np.float64))
         _tail32(upper, lower, any_kept, sl.g, sl.a, *rest, *scratch)
     else:
         _tail(upper, lower, any_kept, sl.g, sl.a, sl.a_alpha, *rest)
