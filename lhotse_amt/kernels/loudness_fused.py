@@ -6,7 +6,7 @@ frames so that every temporary stays in cache, and by
 :func:`lhotse_amt.ops.loudness_fast.multires_intensity_fast`:
 
 * :func:`power_into` -- component intensities ``re**2 + im**2`` of one analysis window written
-  straight into the ``(N, 960)`` spectrum (no temporaries).
+  straight into the ``(N, 960)`` spectrum (numpy, in place: no temporaries).
 * :func:`windowed_autocorr` -- autocorrelation (float64, lags ``0 … L-1``) of the windowed
   2-ms segments by direct summation (the FFT route of the torch path, same values).
 * :func:`kept_components` -- the pruning rules of the Cambridge/AMT code
@@ -115,9 +115,9 @@ def _tail32(
     # row -1: a**alpha by the same expression as x**alpha, so that x == a (E far below
     # threshold, g E + a rounding to a) gives exactly 0, not the float32 rounding of
     # a**alpha (its E is read from the last row and written there, then rewritten by that
-    # row). Each loop form and each inline expansion of log2 and exp is written once (they
-    # cost compile time at a process's first extract): one log2 pass over the power bases
-    # and, for the level in dB, the excitations
+    # row: the caller passes at least one row). Each loop form and each inline expansion of
+    # log2 and exp is written once (they cost compile time at a process's first extract):
+    # one log2 pass over the power bases and, for the level in dB, the excitations
     for r in range(-1, n_rows):
         first = r < 0
         # one power per channel: (E / hi_div) ** hi_exp above the high-level limit (and
@@ -196,6 +196,8 @@ def specific_loudness_tail(
         e_out,
         n_out,
     )
+    if upper.shape[0] == 0:  # the float32 kernel's first pass reads and writes the last row
+        return
     if upper.dtype == np.float32:  # a ** alpha recomputed in the kernel, scratch from here
         n_ch = upper.shape[1]
         scratch = (np.empty(2 * n_ch, np.float32), np.empty((4, 2 * n_ch), np.float64))
@@ -306,23 +308,15 @@ def subtract_pruned(
     )
 
 
-@njit(cache=True, nogil=True, **NO_CFUNC)
-def _power_into(y, nb, lo, out):  # pragma: no cover - compiled
-    # unsigned offsets: numba then emits no negative-index wraparound, so the loop vectorises
-    unb = np.uint64(nb)
-    ulo = np.uint64(lo)
-    for r in range(y.shape[0]):
-        for i in range(unb):
-            a = y[r, i]
-            b = y[r, unb + i]
-            out[r, ulo + i] = a * a + b * b
-
-
 def power_into(y: np.ndarray, lo: int, out: np.ndarray) -> None:
     """Component intensities ``out[:, lo:lo + nb] = re**2 + im**2`` from ``y = [re | im]``
     ``(N, 2 nb)`` (the windowed DFT of :func:`lhotse_amt.functional.loudness.multires_intensity`
-    on ``nb`` consecutive bins); ``out`` ``(N, K)`` of the same dtype."""
-    _power_into(y, y.shape[1] // 2, lo, out)
+    on ``nb`` consecutive bins); ``out`` ``(N, K)`` of the same dtype. ``y`` is squared in
+    place (it is scratch). Two vectorised numpy passes, no compiled kernel (one would cost
+    compile time at a process's first extract)."""
+    nb = y.shape[1] // 2
+    np.multiply(y, y, out=y)
+    np.add(y[:, :nb], y[:, nb:], out=out[:, lo : lo + nb])
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, **NO_CFUNC)

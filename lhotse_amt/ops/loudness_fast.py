@@ -141,7 +141,7 @@ def multires_intensity_fast(
     computed by the sliding DFT (:func:`lhotse_amt.kernels.loudness_fused.sliding_dft_power`),
     the others by a fixed-order windowed-basis product.
     """
-    from ..kernels.loudness_fused import sliding_dft_power, windowed_autocorr
+    from ..kernels.loudness_fused import power_into, sliding_dft_power, windowed_autocorr
     from ..kernels.matmul import matmul
 
     lead = z.shape[:-1]
@@ -168,12 +168,7 @@ def multires_intensity_fast(
         # not); one row of segments is a strided view of the signal, more rows are copied
         # by numpy on this thread (a torch copy would open a parallel region)
         seg2 = seg.numpy().reshape(-1, length)
-        y = matmul(seg2, basis.detach().numpy())
-        # intensities re**2 + im**2 by numpy, in place (the values of power_into, whose
-        # kernel then is not compiled at a process's first extract)
-        nb = y.shape[1] // 2
-        np.multiply(y, y, out=y)
-        np.add(y[:, :nb], y[:, nb:], out=out2[:, lo : lo + nb])
+        power_into(matmul(seg2, basis.detach().numpy()), lo, out2)
     if return_autocorr is None:
         return out
     length = WINDOW_LENGTHS[-1]

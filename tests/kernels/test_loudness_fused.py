@@ -149,9 +149,10 @@ def test_multires_compiled_matches_torch_path(variant):
     assert torch.allclose(i_sl32.double(), i_mm, rtol=1e-5, atol=1e-7 * float(i_mm.max()))
     # the helpers directly
     y = rng.standard_normal((3, 10))
+    expected = y[:, :5] ** 2 + y[:, 5:] ** 2
     out = np.zeros((3, 12))
-    power_into(y, 2, out)
-    assert np.allclose(out[:, 2:7], y[:, :5] ** 2 + y[:, 5:] ** 2) and np.all(out[:, 7:] == 0)
+    power_into(y, 2, out)  # y is scratch
+    assert np.allclose(out[:, 2:7], expected) and np.all(out[:, 7:] == 0)
     zz = rng.standard_normal((1, 200))
     w = np.hanning(8)
     r = windowed_autocorr(zz, 3, 5, 4, w)
@@ -181,3 +182,23 @@ def test_fast_excitation_call_matches_torch_excitation(dtype):
     tol_max, tol_rel = (1e-11, 1e-9) if dtype == torch.float64 else (2e-6, 2e-5)
     assert float((got - ref).abs().max() / ref.abs().max()) < tol_max
     assert float(((got - ref).abs() / ref).max()) < tol_rel
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_specific_loudness_tail_of_no_rows_touches_no_memory(dtype):
+    # empty row views into larger arrays: nothing outside the views is read or written
+    fc = L.cam_to_hz(np.arange(1.75, 39.01, 0.25))
+    prm = L.specific_loudness_params(fc)
+    c = len(fc)
+    sl = TailConstants(
+        a_alpha=(prm.a**prm.alpha).astype(dtype),
+        mask=np.ones(c, dtype),
+        **{k: np.asarray(getattr(prm, k), dtype) for k in ("e_thrq", "g", "alpha", "a")},
+    )
+    up, lo = np.full((4, c), 1e3, dtype), np.full((4, c), 1e3, dtype)
+    e_big, n_big = np.full((4, c), -7.0, dtype), np.full((4, c), -7.0, dtype)
+    anyk = np.ones(4, bool)
+    specific_loudness_tail(
+        up[2:2], lo[2:2], anyk[2:2], sl, 0.0631, "moore2016", e_big[2:2], n_big[2:2], -300.0
+    )
+    assert np.all(e_big == -7.0) and np.all(n_big == -7.0)
