@@ -29,6 +29,8 @@ from lhotse.cut.set import deserialize_cut
 from lhotse.features.base import FeatureExtractor
 from lhotse.features.io import FeaturesWriter, get_writer
 
+from ._attributes import forwarded_attribute
+
 __all__ = [
     "OutputLockedError",
     "RESUMABLE_STORAGE_TYPES",
@@ -240,13 +242,8 @@ class _CutFilesWriter(FeaturesWriter):
         self._stem = stem
         self._count = 0
 
-    @property
-    def name(self) -> str:
-        return self._inner.name
-
-    @property
-    def storage_path(self) -> str:
-        return self._inner.storage_path
+    name = forwarded_attribute("_inner.name", "Storage type of the inner writer.")
+    storage_path = forwarded_attribute("_inner.storage_path", "Storage path of the inner writer.")
 
     def write(self, key: str, value: np.ndarray) -> str:
         stem = self._stem if self._count == 0 else f"{self._stem}.{self._count}"

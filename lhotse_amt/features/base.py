@@ -36,6 +36,7 @@ from lhotse.features.base import FeatureExtractor
 from lhotse.utils import compute_num_frames_from_samples
 from torch import Tensor
 
+from .._attributes import forwarded_attribute
 from .._serial import all_finite
 from .._validation import (
     as_float_tensor,
@@ -195,13 +196,8 @@ class AuditoryExtractor(FeatureExtractor):
             )
         self.config.validate()
 
-    @property
-    def frame_shift(self) -> float:
-        return self.config.frame_shift
-
-    @property
-    def device(self) -> str:
-        return self.config.device
+    frame_shift = forwarded_attribute("config.frame_shift", "Frame shift (s) of the config.")
+    device = forwarded_attribute("config.device", "Device of the config the model runs on.")
 
     @property
     def hop(self) -> int:

@@ -4,7 +4,6 @@ CPU fast path of :mod:`lhotse_amt.ops.loudness_fast`), and the small torch_amt m
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .._attributes import forwarded_attribute
 from .._validation import check_choice, check_int, check_number, check_str
 from ..functional import loudness as L
 from ..modules.loudness import (
@@ -26,7 +26,6 @@ __all__ = [
     "LoudnessFrames",
     "LoudnessModelBase",
     "agc_coefficient",
-    "stage_attribute",
     "unused_keys",
 ]
 
@@ -42,12 +41,6 @@ def unused_keys(name: str, d: dict) -> None:
     """Refuse keys left in a ``*_kwargs`` dict."""
     if d:
         raise ValueError(f"unknown {name}: {sorted(d)}")
-
-
-def stage_attribute(path: str, doc: str) -> property:
-    """Read-only property: the attribute ``path`` of a stage submodule (dotted from the
-    model, e.g. ``"spectrum.prune"``), documented by ``doc``."""
-    return property(operator.attrgetter(path), doc=doc)
 
 
 def _agc_alpha(term: str, which: str) -> property:
@@ -247,7 +240,7 @@ class LoudnessModelBase(nn.Module):
     ltl_attack = _agc_alpha("ltl", "attack")
     ltl_release = _agc_alpha("ltl", "release")
 
-    c = stage_attribute(
+    c = forwarded_attribute(
         "specific_loudness.c",
         "The specific-loudness constant ``C`` (parameter with ``learnable=True``).",
     )

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .._attributes import forwarded_attribute
 from .._validation import (
     check_band,
     check_bool,
@@ -24,7 +25,7 @@ from ..modules.loudness import (
     OuterMiddleEarFilter,
     SpecificLoudness,
 )
-from ._loudness import LoudnessModelBase, agc_coefficient, stage_attribute, unused_keys
+from ._loudness import LoudnessModelBase, agc_coefficient, unused_keys
 
 __all__ = ["Glasberg2002", "GLASBERG2002_PRESETS"]
 
@@ -211,13 +212,13 @@ class Glasberg2002(LoudnessModelBase):
         return super()._use_fast(x)
 
     # ------------------------------------------------------------------------------------------
-    floor = stage_attribute(
+    floor = forwarded_attribute(
         "multi_fft.floor", "Intensity at or below which spectral components are ignored."
     )
-    high_level = stage_attribute(
+    high_level = forwarded_attribute(
         "specific_loudness.high_level", "High-level branch of the specific-loudness law."
     )
-    diotic = stage_attribute(
+    diotic = forwarded_attribute(
         "loudness_integration.diotic",
         "Whether the loudness is that of diotic presentation (twice the monaural value).",
     )

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .._attributes import forwarded_attribute
 from .._validation import (
     check_band,
     check_bool,
@@ -23,7 +24,7 @@ from ..modules.loudness import (
     OuterMiddleEarFilter,
     SpecificLoudness,
 )
-from ._loudness import LoudnessModelBase, agc_coefficient, stage_attribute, unused_keys
+from ._loudness import LoudnessModelBase, agc_coefficient, unused_keys
 
 __all__ = ["Moore2016", "MOORE2016_PRESETS"]
 
@@ -191,16 +192,18 @@ class Moore2016(LoudnessModelBase):
         return self.temporal_integration if term == "stl" else self.ltl_agc_left
 
     # ------------------------------------------------------------------------------------------
-    inhibition_p = stage_attribute(
+    inhibition_p = forwarded_attribute(
         "binaural_loudness.p",
         "The binaural inhibition exponent ``p`` (parameter with ``learnable=True``).",
     )
-    binaural_smooth = stage_attribute(
+    binaural_smooth = forwarded_attribute(
         "binaural_loudness.smooth",
         "The cross-channel smoothing matrix ``(C, C)`` of the binaural inhibition.",
     )
-    prune = stage_attribute("spectrum.prune", "Whether the 60-dB/-30-dB component rule is applied.")
-    lowest_channel = stage_attribute(
+    prune = forwarded_attribute(
+        "spectrum.prune", "Whether the 60-dB/-30-dB component rule is applied."
+    )
+    lowest_channel = forwarded_attribute(
         "specific_loudness.lowest_channel",
         '``"zero"`` or ``"extrapolate"`` (see ``MOORE2016_PRESETS``).',
     )
