@@ -13,6 +13,11 @@ from ._common import ChannelBank, register_coefficients
 
 __all__ = ["DRNLFilterbank"]
 
+#: the coefficients of a :class:`~lhotse_amt.functional.drnl.DRNLDesign` that the module
+#: registers (buffers, or parameters with ``learnable``), in the argument order of
+#: :func:`~lhotse_amt.functional.drnl.drnl`
+_COEFFICIENTS = ("lin_gain", "lin_gt", "lin_lp", "nl_gt", "nl_lp", "a", "b", "c")
+
 
 class DRNLFilterbank(ChannelBank):
     """Dual-resonance non-linear filterbank (see :mod:`lhotse_amt.functional.drnl`).
@@ -81,20 +86,10 @@ class DRNLFilterbank(ChannelBank):
         d = design_drnl(fs, fcs, preset, **(params or {}))
         self.c_exponent = d.c
         self.register_buffer("fc", torch.as_tensor(fcs, dtype=dtype))
-        vals = {
-            "lin_gain": d.lin_gain,
-            "lin_gt": d.lin_gt,
-            "lin_lp": d.lin_lp,
-            "nl_gt": d.nl_gt,
-            "nl_lp": d.nl_lp,
-            "a": d.a,
-            "b": d.b,
-            "c": np.asarray(d.c),
-        }
         # fixed coefficients stay float64 (float32 rounding moves the low-frequency poles by
         # ~1e-5 relative to the AMT design); learnable ones take ``dtype``
         cdt = dtype if learnable else torch.float64
-        tensors = {k: torch.as_tensor(v, dtype=cdt) for k, v in vals.items()}
+        tensors = {k: torch.as_tensor(np.asarray(getattr(d, k)), dtype=cdt) for k in _COEFFICIENTS}
         register_coefficients(self, learnable, **tensors)
         #: per-channel parameter values (Hz / dimensionless), for inspection
         self.parameters_per_channel = {k: v for k, v in d.params.items()}
@@ -106,20 +101,8 @@ class DRNLFilterbank(ChannelBank):
         return_state: bool = False,
         backend: str = "auto",
     ) -> Tensor | tuple[Tensor, dict]:
-        return drnl(
-            x,
-            self.lin_gain,
-            self.lin_gt,
-            self.lin_lp,
-            self.nl_gt,
-            self.nl_lp,
-            self.a,
-            self.b,
-            self.c,
-            state,
-            return_state=return_state,
-            backend=backend,
-        )
+        coefficients = [getattr(self, k) for k in _COEFFICIENTS]
+        return drnl(x, *coefficients, state, return_state=return_state, backend=backend)
 
     def extra_repr(self) -> str:
         return f"fs={self.fs:g}, num_channels={self.num_channels}, preset={self.preset!r}"
