@@ -23,11 +23,23 @@ from ..modules.loudness import (
 from ._base import init_model_settings
 
 __all__ = [
+    "GM2002_AGC",
     "LoudnessFrames",
     "LoudnessModelBase",
     "agc_coefficient",
     "unused_keys",
 ]
+
+#: The short- and long-term AGC coefficients per 1-ms frame of Glasberg & Moore (2002),
+#: Sec. 2.6, which the 2016 model keeps: STL attack 0.045, release 0.02 (T_a = 22 ms,
+#: T_r = 50 ms), LTL attack 0.01, release 0.0005 (99.5 ms, 2 s); the presets of both models
+#: start from them.
+GM2002_AGC: dict[str, float] = {
+    "stl_attack": 0.045,
+    "stl_release": 0.02,
+    "ltl_attack": 0.01,
+    "ltl_release": 0.0005,
+}
 
 
 def agc_coefficient(group: str, d: dict, key: str, default: float) -> float:

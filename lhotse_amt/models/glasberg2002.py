@@ -25,7 +25,7 @@ from ..modules.loudness import (
     OuterMiddleEarFilter,
     SpecificLoudness,
 )
-from ._loudness import LoudnessModelBase, agc_coefficient, unused_keys
+from ._loudness import GM2002_AGC, LoudnessModelBase, agc_coefficient, unused_keys
 
 __all__ = ["Glasberg2002", "GLASBERG2002_PRESETS"]
 
@@ -42,10 +42,7 @@ GLASBERG2002_PRESETS: dict[str, dict[str, Any]] = {
         "lower_slope_level": "component",
         "c": 0.046871,
         "high_level": "mgb1997",
-        "stl_attack": 0.045,
-        "stl_release": 0.02,
-        "ltl_attack": 0.01,
-        "ltl_release": 0.0005,
+        **GM2002_AGC,
     },
 }
 

@@ -24,7 +24,7 @@ from ..modules.loudness import (
     OuterMiddleEarFilter,
     SpecificLoudness,
 )
-from ._loudness import LoudnessModelBase, agc_coefficient, unused_keys
+from ._loudness import GM2002_AGC, LoudnessModelBase, agc_coefficient, unused_keys
 
 __all__ = ["Moore2016", "MOORE2016_PRESETS"]
 
@@ -36,19 +36,12 @@ __all__ = ["Moore2016", "MOORE2016_PRESETS"]
 #: interpolation semantics (A extrapolated for the lowest channel).
 MOORE2016_PRESETS: dict[str, dict[str, Any]] = {
     "amt-1.4": {
-        "stl_attack": 0.045,
+        **GM2002_AGC,
         "stl_release": 0.033,
-        "ltl_attack": 0.01,
         "ltl_release": 0.00133,
         "lowest_channel": "zero",
     },
-    "moore2016-original": {
-        "stl_attack": 0.045,
-        "stl_release": 0.02,
-        "ltl_attack": 0.01,
-        "ltl_release": 0.0005,
-        "lowest_channel": "extrapolate",
-    },
+    "moore2016-original": {**GM2002_AGC, "lowest_channel": "extrapolate"},
 }
 
 
