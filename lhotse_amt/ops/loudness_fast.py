@@ -125,6 +125,65 @@ def sliding_plans(variant: str, min_length: int | None = None) -> dict[int, tupl
     return plans
 
 
+@dataclass(frozen=True)
+class SpectrumBands:
+    """The analysis windows of :func:`multires_intensity_fast` as numpy arrays: per window with
+    bins, ``(length, lo, basis)`` (``lo``: first bin - 1, the column of the first bin in the
+    ``(N, 960)`` spectrum; ``basis``: ``(length, 2 nb)`` windowed DFT basis), and whether the
+    bands tile the 960-bin grid (then every column is written)."""
+
+    windows: tuple[tuple[int, int, np.ndarray], ...]
+    full: bool
+
+    @staticmethod
+    def from_bases(bases: list[tuple[int, np.ndarray, Tensor]]) -> SpectrumBands:
+        """From the ``bases`` argument of the spectrum functions; the bands must be contiguous
+        runs of bins."""
+        windows = []
+        for length, bins, basis in bases:
+            if not len(bins):
+                continue
+            if int(bins[-1]) - int(bins[0]) + 1 != len(bins):
+                raise ValueError("multires_intensity_fast needs bands of contiguous bins")
+            windows.append((int(length), int(bins[0]) - 1, basis.detach().numpy()))
+        n_cover = sum(len(b) for _, b, _ in bases)
+        return SpectrumBands(tuple(windows), n_cover == N_BINS and all(len(b) for _, b, _ in bases))
+
+
+def _intensity_into(
+    zp: np.ndarray,
+    base: int,
+    n_frames: int,
+    bands: SpectrumBands,
+    sliding: dict[int, tuple] | None,
+    out: np.ndarray,
+) -> None:
+    """Component intensities of ``n_frames`` frames into ``out (R n_frames, 960)`` (row ``r
+    n_frames + f``; columns outside the bands are left as they are). ``zp (R, M)``: the frames'
+    samples, ``zp[:, base]`` the input time ``32 j - 1024`` of the first frame ``j``."""
+    from ..kernels.loudness_fused import power_into, sliding_dft_power
+    from ..kernels.matmul import matmul
+
+    for length, lo, basis in bands.windows:
+        start = base + 1024 - length // 2
+        if sliding and length in sliding:
+            sliding_dft_power(zp, start, n_frames, sliding[length], lo, out)
+            continue
+        span = zp[:, start : start + HOP * (n_frames - 1) + length]
+        seg = np.lib.stride_tricks.sliding_window_view(span, length, axis=-1)[:, ::HOP]
+        # fixed-order product: the same bits for every thread count (torch's product is
+        # not); one row of segments is a strided view of the signal, more rows are copied
+        # by numpy on this thread
+        power_into(matmul(seg.reshape(-1, length), basis), lo, out)
+
+
+def _signal_rows(z: Tensor, t0: int, j_first: int, n_frames: int) -> tuple[np.ndarray, int]:
+    """:func:`frame_span` of ``z (..., M)`` as a ``(R, M')`` numpy array (``R`` the product of
+    the leading dimensions) and the index of its first needed sample."""
+    zp, base = frame_span(z.detach(), t0, j_first, n_frames)
+    return zp.reshape(-1, zp.shape[-1]).numpy(), base
+
+
 def multires_intensity_fast(
     z: Tensor,
     t0: int,
@@ -141,40 +200,23 @@ def multires_intensity_fast(
     computed by the sliding DFT (:func:`lhotse_amt.kernels.loudness_fused.sliding_dft_power`),
     the others by a fixed-order windowed-basis product.
     """
-    from ..kernels.loudness_fused import power_into, sliding_dft_power, windowed_autocorr
-    from ..kernels.matmul import matmul
+    from ..kernels.loudness_fused import windowed_autocorr
 
     lead = z.shape[:-1]
-    zp, base = frame_span(z.detach(), t0, j_first, n_frames)
-    n_cover = sum(len(b) for _, b, _ in bases)
-    for _, bins, _ in bases:
-        if len(bins) and int(bins[-1]) - int(bins[0]) + 1 != len(bins):
-            raise ValueError("multires_intensity_fast needs bands of contiguous bins")
-    full = n_cover == N_BINS and all(len(b) for _, b, _ in bases)
-    # every bin is written below when the bands tile the grid
-    out = z.new_empty(*lead, n_frames, N_BINS) if full else z.new_zeros(*lead, n_frames, N_BINS)
-    out2 = out.view(-1, N_BINS).numpy()
-    zp2 = zp.reshape(-1, zp.shape[-1]).numpy()
-    for length, bins, basis in bases:
-        if not len(bins):
-            continue
-        start = base + 1024 - length // 2
-        lo = int(bins[0]) - 1
-        if sliding and length in sliding:
-            sliding_dft_power(zp2, start, n_frames, sliding[length], lo, out2)
-            continue
-        seg = zp[..., start : start + HOP * (n_frames - 1) + length].unfold(-1, length, HOP)
-        # fixed-order product: the same bits for every thread count (torch's product is
-        # not); one row of segments is a strided view of the signal, more rows are copied
-        # by numpy on this thread (a torch copy would open a parallel region)
-        seg2 = seg.numpy().reshape(-1, length)
-        power_into(matmul(seg2, basis.detach().numpy()), lo, out2)
+    bands = SpectrumBands.from_bases(bases)
+    zp, base = _signal_rows(z, t0, j_first, n_frames)
+    n_rows = zp.shape[0] * n_frames
+    # every bin is written when the bands tile the grid
+    out = np.empty if bands.full else np.zeros
+    out2 = out((n_rows, N_BINS), dtype=zp.dtype)
+    _intensity_into(zp, base, n_frames, bands, sliding, out2)
+    inten = torch.from_numpy(out2).reshape(*lead, n_frames, N_BINS)
     if return_autocorr is None:
-        return out
+        return inten
     length = WINDOW_LENGTHS[-1]
     start = base + 1024 - length // 2
-    r = windowed_autocorr(zp2, start, HOP, n_frames, return_autocorr.double().numpy())
-    return out, torch.from_numpy(r).reshape(*lead, n_frames, length)
+    r = windowed_autocorr(zp, start, HOP, n_frames, return_autocorr.double().numpy())
+    return inten, torch.from_numpy(r).reshape(*lead, n_frames, length)
 
 
 def binaural_inhibition_fast(
@@ -270,6 +312,12 @@ class FastExcitation:
         )
         self.fc = np.asarray(fc, dtype=np.float64)
         self.p = roex_p(self.fc)
+        # numpy views of the same arrays for the chunk loop
+        self.np_dtype = np.dtype(np.float64 if dtype == torch.float64 else np.float32)
+        self.wu_np = self.wu.numpy()
+        self.wu_low_np = self.wu_low.numpy()
+        self.awu_np = self.awu.numpy()
+        self.window_np = self.window.numpy()
         self.f = bin_hz()
         self.n_below = mats.n_below
 
@@ -289,11 +337,29 @@ class FastExcitation:
             col_kept: ``(960,)`` bool, component kept in any row; ``col_pruned``: ``(960,)``
                 number of rows in which the component is non-zero but not kept.
         """
+        y = self._level_upper(
+            rows.numpy(), ik.numpy(), autocorr.to(torch.float64).numpy(), col_kept, col_pruned
+        )
+        return torch.from_numpy(y)
+
+    def _level_upper(
+        self,
+        rows: np.ndarray,
+        ik: np.ndarray,
+        autocorr: np.ndarray,
+        col_kept: np.ndarray,
+        col_pruned: np.ndarray,
+    ) -> np.ndarray:
+        # :meth:`level_upper` on numpy arrays
+        from lhotse_amt.kernels.loudness_fused import subtract_pruned
+        from lhotse_amt.kernels.matmul import matmul
+
         h0 = self.h0
+        wu = self.wu_np
         cols = np.flatnonzero(col_kept)
         n_u = cols.size
         if n_u == 0:
-            return rows.new_zeros(rows.shape[0], self.wu.shape[1])
+            return np.zeros((rows.shape[0], wu.shape[1]), rows.dtype)
         # cost per row in float32 matrix rows (measured, one thread): the union of kept
         # components (gathered, or all 960) vs the low band + the autocorrelation (64
         # float64 rows with a short inner dimension: ~320) + ~14 per pruned component of
@@ -302,64 +368,48 @@ class FastExcitation:
         auto_cost = h0 + 320.0 + 14.0 * pruned_per_row
         # the products are fixed-order (kernels.matmul): the same bits for every thread
         # count, and no BLAS thread pool to stall on a busy machine
-        from lhotse_amt.kernels.loudness_fused import subtract_pruned
-        from lhotse_amt.kernels.matmul import matmul
-
-        ik_np = ik.numpy()
-        wu = self.wu.numpy()
         if n_u <= auto_cost:
             if n_u == N_BINS:
-                return torch.from_numpy(matmul(ik_np, wu))
+                return matmul(ik, wu)
             # gathered and padded to whole groups of four terms (zero weights, see wu_low)
             n4 = -(-n_u // 4) * 4
             w_kept = np.empty((n4, wu.shape[1]), wu.dtype)
             np.take(wu, cols, axis=0, out=w_kept[:n_u])
             w_kept[n_u:] = 0.0
             cols = np.concatenate([cols, np.full(n4 - n_u, cols[0])])
-            return torch.from_numpy(matmul(ik_np[:, cols], w_kept))
-        acc = torch.from_numpy(matmul(ik_np[:, : self.h4], self.wu_low.numpy()))
-        hi = torch.from_numpy(matmul(autocorr.to(torch.float64).numpy(), self.awu.numpy()))
-
+            return matmul(ik[:, cols], w_kept)
+        acc = matmul(ik[:, : self.h4], self.wu_low_np)
+        hi = matmul(autocorr, self.awu_np)
         # minus the not-kept components the autocorrelation includes, and acc += hi, in one
         # pass (a row without pruned components costs a scan of compares)
-        subtract_pruned(
-            hi.numpy(), rows.numpy(), ik.numpy(), h0, self.wu_high_np, add_to=acc.numpy()
-        )
+        subtract_pruned(hi, rows, ik, h0, self.wu_high_np, add_to=acc)
         return acc
-
-    def _kept(self, rows: Tensor, keep_rule: KeepRule) -> tuple:
-        from lhotse_amt.kernels.loudness_fused import kept_components
-
-        return kept_components(rows.numpy(), keep_rule)
 
     def __call__(self, inten: Tensor, keep: Tensor, autocorr: Tensor, chunk: int = 256) -> Tensor:
         """Excitation ``(..., F, C)`` (not floored) from intensities and kept mask
         ``(..., F, 960)`` and the shortest window's autocorrelation ``(..., F, 64)``."""
         lead = inten.shape[:-1]
-        rows = inten.reshape(-1, N_BINS).to(self.dtype)
-        kp = keep.reshape(-1, N_BINS)
-        rr = autocorr.reshape(-1, autocorr.shape[-1])
-        out = rows.new_empty(rows.shape[0], self.n_channels)
+        rows = inten.reshape(-1, N_BINS).to(self.dtype).numpy()
+        kp = keep.reshape(-1, N_BINS).numpy()
+        rr = autocorr.reshape(-1, autocorr.shape[-1]).to(torch.float64).numpy()
+        out = np.empty((rows.shape[0], self.n_channels), rows.dtype)
         for r0 in range(0, rows.shape[0], chunk):
             r1 = min(r0 + chunk, rows.shape[0])
             rc, kc = rows[r0:r1], kp[r0:r1]
-            ik = torch.where(kc, rc, torch.zeros_like(rc))
-            col_kept = kc.any(0).numpy()
-            col_pruned = ((~kc) & (rc != 0)).sum(0).numpy()
-            y = self.level_upper(rc, ik, rr[r0:r1], col_kept, col_pruned)
-            low = self._lower(ik.numpy(), y)
-            out[r0:r1] = y[:, N_BINS:] + torch.from_numpy(low)
-        return out.reshape(*lead, self.n_channels)
+            ik = np.where(kc, rc, rc.dtype.type(0.0))
+            col_pruned = ((~kc) & (rc != 0)).sum(0)
+            y = self._level_upper(rc, ik, rr[r0:r1], kc.any(0), col_pruned)
+            out[r0:r1] = y[:, N_BINS:] + self._lower(ik, y)
+        return torch.from_numpy(out).reshape(*lead, self.n_channels)
 
-    def _lower(self, ik: np.ndarray, y: Tensor) -> np.ndarray:
+    def _lower(self, ik: np.ndarray, y: np.ndarray) -> np.ndarray:
         # lower skirt; the kernel computes each kept component's lower-slope factor
         # s = p_l / p = 1 - 0.35 / p(1 kHz) (X - 51) from its level per ERB
         # X = 10 log10(max(., 1e-30)) (the first 960 columns of y)
         from lhotse_amt.kernels.loudness import lower_skirt_numpy
 
-        level = y.numpy()[:, :N_BINS]
         slope = (1.0 + 51.0 * SLOPE_BETA, -10.0 * SLOPE_BETA)
-        return lower_skirt_numpy(ik, level, self.p, self.fc, self.f, self.n_below, slope)
+        return lower_skirt_numpy(ik, y[:, :N_BINS], self.p, self.fc, self.f, self.n_below, slope)
 
     def specific_loudness_frames(
         self,
@@ -383,7 +433,8 @@ class FastExcitation:
         :meth:`level_upper` -> lower skirt (:func:`lhotse_amt.kernels.loudness.
         lower_skirt_numpy`) -> ``E = max(E, 1e-10)`` and ``N'``
         (:func:`lhotse_amt.kernels.loudness_fused.specific_loudness_tail`, same branches as
-        :func:`specific_loudness`).
+        :func:`specific_loudness`). The loop runs on numpy arrays: no torch operation per
+        chunk.
 
         Args:
             z, t0, j_first, n_frames, bases: as for :func:`multires_intensity`; ``z (..., M)``.
@@ -398,41 +449,47 @@ class FastExcitation:
             (intensity units, floored at 1e-10; or dB, see ``excitation_db``) and
             ``(..., F)`` bool.
         """
-        from lhotse_amt.kernels.loudness_fused import specific_loudness_tail
+        from lhotse_amt.kernels.loudness_fused import (
+            kept_components,
+            specific_loudness_tail,
+            windowed_autocorr,
+        )
 
         lead = z.shape[:-1]
-        n_lead = int(np.prod(lead)) if lead else 1
-        nsp = z.new_empty(n_lead, n_frames, self.n_channels, dtype=self.dtype)
-        exc = torch.empty_like(nsp)
-        anyk = torch.empty(n_lead, n_frames, dtype=torch.bool)
-        zz = z.reshape(n_lead, z.shape[-1])
+        bands = SpectrumBands.from_bases(bases)
+        zp, base = _signal_rows(z, t0, j_first, n_frames)
+        n_lead = zp.shape[0]
+        nsp = np.empty((n_lead, n_frames, self.n_channels), self.np_dtype)
+        exc = np.empty_like(nsp)
+        anyk = np.empty((n_lead, n_frames), np.bool_)
+        # one spectrum buffer for every chunk (bands that do not tile the grid leave columns
+        # at zero, which no chunk writes)
+        alloc = np.empty if bands.full else np.zeros
+        inten = alloc((n_lead * min(chunk, n_frames), N_BINS), zp.dtype)
+        a_len = WINDOW_LENGTHS[-1]
         for f0 in range(0, n_frames, chunk):
             nf = min(chunk, n_frames - f0)
-            inten, rr = multires_intensity_fast(
-                zz, t0, j_first + f0, nf, bases, return_autocorr=self.window, sliding=self.sliding
-            )
-            rows = inten.reshape(-1, N_BINS).to(self.dtype)
-            ik_np, ak_np, col_kept, col_pruned = self._kept(rows, keep_rule)
-            ik, ak = torch.from_numpy(ik_np), torch.from_numpy(ak_np)
-            y = self.level_upper(rows, ik, rr.reshape(-1, rr.shape[-1]), col_kept, col_pruned)
-            low = self._lower(ik_np, y)
-            # copies by numpy on this thread (each torch copy of this size would open a
-            # parallel region, costly on a busy machine; lhotse_amt._serial)
-            upper = np.ascontiguousarray(y.numpy()[:, N_BINS:])
+            b0 = base + HOP * f0
+            rows = inten[: n_lead * nf]
+            _intensity_into(zp, b0, nf, bands, self.sliding, rows)
+            rr = windowed_autocorr(zp, b0 + 1024 - a_len // 2, HOP, nf, self.window_np)
+            rows = rows.astype(self.np_dtype, copy=False)
+            ik, ak, col_kept, col_pruned = kept_components(rows, keep_rule)
+            y = self._level_upper(rows, ik, rr.reshape(-1, a_len), col_kept, col_pruned)
+            low = self._lower(ik, y)
+            upper = np.ascontiguousarray(y[:, N_BINS:])
             if n_lead == 1:  # the chunk's rows are contiguous rows of the outputs
-                e_np, n_np = exc[0, f0 : f0 + nf].numpy(), nsp[0, f0 : f0 + nf].numpy()
+                e_np, n_np = exc[0, f0 : f0 + nf], nsp[0, f0 : f0 + nf]
             else:
                 e_np, n_np = np.empty_like(upper), np.empty_like(upper)
-            specific_loudness_tail(
-                upper, low, ak.numpy(), sl, c, high_level, e_np, n_np, excitation_db
-            )
+            specific_loudness_tail(upper, low, ak, sl, c, high_level, e_np, n_np, excitation_db)
             if n_lead > 1:
-                exc.numpy()[:, f0 : f0 + nf] = e_np.reshape(n_lead, nf, -1)
-                nsp.numpy()[:, f0 : f0 + nf] = n_np.reshape(n_lead, nf, -1)
-            anyk.numpy()[:, f0 : f0 + nf] = ak_np.reshape(n_lead, nf)
+                exc[:, f0 : f0 + nf] = e_np.reshape(n_lead, nf, -1)
+                nsp[:, f0 : f0 + nf] = n_np.reshape(n_lead, nf, -1)
+            anyk[:, f0 : f0 + nf] = ak.reshape(n_lead, nf)
         shape = (*lead, n_frames)
         return (
-            nsp.reshape(*shape, self.n_channels),
-            exc.reshape(*shape, self.n_channels),
-            anyk.reshape(shape),
+            torch.from_numpy(nsp).reshape(*shape, self.n_channels),
+            torch.from_numpy(exc).reshape(*shape, self.n_channels),
+            torch.from_numpy(anyk).reshape(shape),
         )

@@ -10,6 +10,7 @@ Eq. 5), where ``X`` is an input level per ERB (dB). Specific loudness: Moore, Gl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import torch
@@ -64,9 +65,20 @@ def excitation_matrices(fc: np.ndarray, variant: str) -> ExcitationMatrices:
     symmetric roex, Cambridge 2016 code), ``"component"`` (level per ERB at each component from
     the roex filter centred there) or ``"gm2002"`` (at the channel centres, Glasberg & Moore
     2002, Sec. 2.3). All include the restriction ``g <= 4`` of the reference code.
+
+    The matrices are designed once per ``(fc, variant)`` and shared by the stages of a
+    model (the level, excitation and fast excitation stages each ask for them): they are
+    read-only arrays; copy before changing one.
     """
     if variant not in ("moore2016", "component", "gm2002"):
         raise ValueError(f"variant must be 'moore2016', 'component' or 'gm2002', got {variant!r}")
+    fc = np.ascontiguousarray(fc, dtype=np.float64)
+    return _excitation_matrices(fc.tobytes(), variant)
+
+
+@lru_cache(maxsize=8)
+def _excitation_matrices(fc_bytes: bytes, variant: str) -> ExcitationMatrices:
+    fc = np.frombuffer(fc_bytes, dtype=np.float64)
     f = bin_hz()
     pc = roex_p(fc)
     g = (f[:, None] - fc[None, :]) / fc[None, :]  # (K, C)
@@ -87,6 +99,8 @@ def excitation_matrices(fc: np.ndarray, variant: str) -> ExcitationMatrices:
     # weights below 1e-30 are negligible and would be subnormal in float32 (slow matmuls)
     level = np.where(level < 1e-30, 0.0, level)
     upper = np.where(upper < 1e-30, 0.0, upper)
+    for a in (level, upper, lower_h, n_below):
+        a.flags.writeable = False
     return ExcitationMatrices(level, upper, lower_h, n_below)
 
 
