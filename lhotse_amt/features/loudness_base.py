@@ -76,10 +76,10 @@ _CTX_FRAMES = _CONTEXT // L.HOP
 def stream_agc(x: np.ndarray, attack: float, release: float, state: np.ndarray) -> np.ndarray:
     """Attack/release AGC of each row of ``x (N, T)`` from ``state (N,)`` (updated in place
     to each row's last output, so consecutive blocks equal one call on the whole signal):
-    the operator ``lhotse_amt::agc_stream`` (:func:`lhotse_amt.ops.fused.agc_stream`)."""
-    from ..ops import fused  # compiled kernels: imported on first use
+    the operator ``lhotse_amt::agc_stream`` (:func:`lhotse_amt.ops.agc_stream.agc_stream`)."""
+    from ..ops.agc_stream import agc_stream  # compiled kernels: imported on first use
 
-    return fused.agc_stream(x, attack, release, state)
+    return agc_stream(x, attack, release, state)
 
 
 @dataclass

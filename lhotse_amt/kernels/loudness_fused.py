@@ -42,17 +42,14 @@ arrays or caller-provided ones.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
 
 from .fastmath import NO_CFUNC, prefer_wide_vectors
 from .loudness import _LN2, _exp64, _log2_pos32
+from .loudness_plans import KeepRule, TailConstants
 from .matmul import matmul
-
-if TYPE_CHECKING:  # the plan types live with their users
-    from ..ops.loudness_fast import KeepRule, TailConstants
 
 __all__ = [
     "binaural_inhibition_apply",

@@ -22,7 +22,7 @@ from ..functional import loudness as L
 from ._common import register_coefficients
 
 if TYPE_CHECKING:
-    from ..ops.loudness_fast import KeepRule, TailConstants
+    from ..kernels.loudness_plans import KeepRule, TailConstants
 
 __all__ = [
     "OuterMiddleEarFilter",
@@ -128,7 +128,7 @@ class MultiResolutionSpectrum(nn.Module):
     @property
     def keep_rule(self) -> KeepRule:
         """The component rule for the fast kernels."""
-        from ..ops.loudness_fast import KeepRule
+        from ..kernels.loudness_plans import KeepRule
 
         return KeepRule(True, 1000.0) if self.prune else KeepRule(False, self.floor)
 
@@ -296,7 +296,7 @@ class SpecificLoudness(nn.Module):
     def tail_constants(self) -> TailConstants:
         """The constants of the fused CPU kernel (numpy, built once)."""
         if self._tail is None:
-            from ..ops.loudness_fast import TailConstants
+            from ..kernels.loudness_plans import TailConstants
 
             t = {k: getattr(self, k).detach().cpu().numpy() for k in ("g", "a", "alpha", "e_thrq")}
             a_alpha = (self.a**self.alpha).detach().cpu().numpy()

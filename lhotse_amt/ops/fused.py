@@ -20,8 +20,8 @@ here, with
   ``torch.compile``/``torch.export`` trace a model, the models run their stages as the
   differentiable operators (:mod:`lhotse_amt.ops.recursions`) instead. ``casp_samples_``
   and ``king_samples_`` run on CUDA as the ``casp_pooled``/``king_pooled`` Triton kernels
-  with one-sample frames; ``agc_stream``'s CUDA kernel is the Triton kernel of the
-  differentiable operator ``lhotse_amt::agc`` with its state carried between calls.
+  with one-sample frames. The loudness extractors' streamed AGC, ``agc_stream``, is in
+  :mod:`lhotse_amt.ops.agc_stream`.
 
 The pooled operators implement the frame definition of
 :func:`lhotse_amt.functional.framing.frame_mean` inside their sample loop: they return
@@ -48,7 +48,6 @@ import torch
 from torch import Tensor
 
 from .._dispatch import kernel_device
-from ..kernels import agc as _agc
 from ..kernels import casp as _casp
 from ..kernels import king2019 as _king
 from ..kernels import modbank_simd as _modbank
@@ -57,7 +56,6 @@ from .rowop import DeviceKernels
 
 __all__ = [
     "KernelState",
-    "agc_stream",
     "casp_plan",
     "casp_pooled",
     "casp_samples",
@@ -553,53 +551,3 @@ def pool_held(
         bool(rms),
     )
     return out.to(y.device)
-
-
-# --------------------------------------------------------------------------------------
-# the loudness models' attack/release AGC, streamed block by block
-# --------------------------------------------------------------------------------------
-
-
-@_operator("agc_stream(Tensor x, Tensor(a!) state, float attack, float release) -> Tensor")
-def _agc_stream(x: Tensor, state: Tensor, attack: float, release: float) -> Tensor:
-    return _AGC_STREAM.on(x)(x, state, attack, release)
-
-
-def _agc_stream_cpu(x: Tensor, state: Tensor, attack: float, release: float) -> Tensor:
-    return torch.from_numpy(_agc.agc_numba_state(x.numpy(), attack, release, state.numpy()))
-
-
-def agc_stream_device(x: Tensor, state: Tensor, attack: float, release: float) -> Tensor:
-    """``agc_stream``'s CUDA kernel: the Triton kernel of the operator ``lhotse_amt::agc``
-    (:mod:`lhotse_amt.kernels.triton_agc`) on ``x (N, T)`` read as ``(N, T, 1)``, from
-    ``state``, which then takes each row's last output. As the CPU kernel, the recursion
-    runs in the wider of the two dtypes, with the coefficients rounded to ``x``'s first.
-    Runs on CPU tensors in Triton's interpreter (``TRITON_INTERPRET=1``)."""
-    from ..kernels.triton_agc import KERNELS
-
-    dt = torch.promote_types(x.dtype, state.dtype)
-    N, T = x.shape
-    coef = [torch.full((N, 1), v, dtype=x.dtype, device=x.device).to(dt) for v in (attack, release)]
-    y = KERNELS.forward(x.to(dt).reshape(N, T, 1), *coef, state.to(dt).reshape(N, 1))
-    if T:
-        state.copy_(y[:, -1, 0])
-    return y.reshape(N, T).to(x.dtype)
-
-
-@_fake("agc_stream")
-def _(x: Tensor, state: Tensor, attack: float, release: float) -> Tensor:
-    return torch.empty_like(x)
-
-
-def agc_stream(x: np.ndarray, attack: float, release: float, state: np.ndarray) -> np.ndarray:
-    """Operator ``lhotse_amt::agc_stream``: the attack/release AGC of the loudness models
-    (``S[t] = S[t-1] + a (x[t] - S[t-1])``, ``a = attack`` if ``x[t] > S[t-1]`` else
-    ``release``; Glasberg & Moore 2002, Sec. 2.6) on each row of ``x (N, T)`` from
-    ``state (N,)``, which is updated in place to each row's last output, so consecutive
-    blocks equal one call on the whole signal. Inference (no gradient; the differentiable
-    operator is ``lhotse_amt::agc``)."""
-    xt = torch.from_numpy(np.ascontiguousarray(x))
-    return _agc_stream(xt, torch.from_numpy(state), float(attack), float(release)).numpy()
-
-
-_AGC_STREAM = DeviceKernels(_agc_stream_cpu, agc_stream_device)

@@ -36,6 +36,7 @@ from ..functional.loudness import (
     roex_p,
     window_and_scale,
 )
+from ..kernels.loudness_plans import KeepRule, TailConstants
 
 __all__ = [
     "fast_path_ok",
@@ -47,31 +48,6 @@ __all__ = [
     "KeepRule",
     "TailConstants",
 ]
-
-
-@dataclass(frozen=True)
-class KeepRule:
-    """Which spectral components enter the excitation stage: with ``prune``, ``I > max(max_k I,
-    threshold) * 1e-6`` (:func:`lhotse_amt.functional.loudness.prune_components`, Cambridge/AMT
-    rule, ``threshold`` 1000); otherwise ``I > threshold``."""
-
-    prune: bool
-    threshold: float
-
-
-@dataclass(frozen=True)
-class TailConstants:
-    """Per-channel constants of :func:`lhotse_amt.kernels.loudness_fused.specific_loudness_tail`,
-    ``(C,)`` arrays in the dtype of the excitation: ``g``, ``a``, ``alpha``, ``e_thrq`` of the
-    specific-loudness law (MGB 1997 / ANSI S3.4-2007), ``a_alpha = a ** alpha`` and ``mask``
-    (0: ``N' = 0`` in that channel)."""
-
-    g: np.ndarray
-    a: np.ndarray
-    alpha: np.ndarray
-    e_thrq: np.ndarray
-    a_alpha: np.ndarray
-    mask: np.ndarray
 
 
 def fast_path_ok(x: Tensor, module: torch.nn.Module) -> bool:

@@ -8,8 +8,8 @@ import torch
 
 from lhotse_amt.functional import loudness as L
 from lhotse_amt.kernels.loudness_fused import specific_loudness_tail
+from lhotse_amt.kernels.loudness_plans import KeepRule, TailConstants
 from lhotse_amt.ops import loudness_fast as F
-from lhotse_amt.ops.loudness_fast import KeepRule, TailConstants
 
 
 @pytest.mark.parametrize("high_level", ["moore2016", "mgb1997"])

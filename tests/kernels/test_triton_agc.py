@@ -58,7 +58,7 @@ def test_agc_triton_kernels_match_numba_in_interpreter():
 _STREAM = """
 import numpy as np
 import torch
-from lhotse_amt.ops import fused
+from lhotse_amt.ops.agc_stream import agc_stream, agc_stream_device
 
 torch.manual_seed(1)
 x = torch.rand(3, 300, dtype=torch.float64) ** 3
@@ -67,9 +67,9 @@ for xd, sd in ((torch.float64, torch.float64), (torch.float32, torch.float64),
     xs = x.to(xd)
     ref_state = (torch.rand(3, dtype=torch.float64) * 0.1).to(sd)
     st = ref_state.clone()
-    ref = fused.agc_stream(xs.numpy(), 0.045, 0.02, ref_state.numpy())
+    ref = agc_stream(xs.numpy(), 0.045, 0.02, ref_state.numpy())
     # three blocks (one empty) on the device kernel equal one call on the CPU kernel
-    parts = [fused.agc_stream_device(xs[:, a:b], st, 0.045, 0.02)
+    parts = [agc_stream_device(xs[:, a:b], st, 0.045, 0.02)
              for a, b in ((0, 120), (120, 120), (120, 300))]
     got = torch.cat(parts, 1)
     assert got.dtype == xd and st.dtype == sd

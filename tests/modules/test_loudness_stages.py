@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from lhotse_amt.functional import loudness as L
+from lhotse_amt.kernels.loudness_plans import KeepRule
 from lhotse_amt.modules import loudness as M
-from lhotse_amt.ops.loudness_fast import KeepRule
 
 D = torch.float64
 FC = L.cam_to_hz(np.arange(1.75, 39.01, 0.25))

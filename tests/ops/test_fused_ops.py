@@ -13,7 +13,6 @@ import pytest
 import torch
 
 import lhotse_amt
-from lhotse_amt import ops
 from lhotse_amt.models import Dau1997, King2019
 from lhotse_amt.ops import fused
 
@@ -48,7 +47,6 @@ def king_plan():
         "king_samples_",
         "modulation_pooled",
         "pool_held",
-        "agc_stream",
     ],
 )
 def test_operators_are_registered(name):
@@ -120,24 +118,6 @@ def _imports_kernels(path: Path) -> bool:
 )
 def test_extractors_and_the_fused_dispatch_reach_kernels_only_through_operators(path):
     assert not _imports_kernels(path)
-
-
-def test_agc_stream_operator_streams_and_updates_its_state():
-    g = torch.Generator().manual_seed(4)
-    x = (torch.rand(3, 400, generator=g, dtype=D) ** 3).numpy()
-    whole_state = np.zeros(3)
-    whole = fused.agc_stream(x, 0.045, 0.02, whole_state)
-    st = np.zeros(3)
-    parts = [fused.agc_stream(x[:, a : a + 150], 0.045, 0.02, st) for a in (0, 150, 300)]
-    np.testing.assert_array_equal(np.concatenate(parts, 1), whole)
-    np.testing.assert_array_equal(st, whole[:, -1])
-    # against the differentiable operator
-    ref = ops.agc(torch.from_numpy(x), 0.045, 0.02, dim=-1).numpy()
-    np.testing.assert_allclose(whole, ref, rtol=1e-12, atol=0)
-    torch.library.opcheck(
-        torch.ops.lhotse_amt.agc_stream.default,
-        (torch.from_numpy(x), torch.zeros(3, dtype=D), 0.045, 0.02),
-    )
 
 
 def test_calling_an_operator_does_not_load_the_compiler():
