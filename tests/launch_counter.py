@@ -3,10 +3,13 @@
 A launch is a call of a torch operator (every ``aten`` operator and the registered
 ``torch.ops.lhotse_amt`` operators: on CUDA each launches its kernels), a call from Python
 into a compiled numba kernel of the package (the CPU kernels the no-grad paths call
-directly) or a :func:`lhotse_amt.kernels.jobs.run_jobs` (one kernel over its jobs, on the
-thread pool). The operators are counted by a ``TorchDispatchMode``; the numba kernels by
-replacing, for the duration, every numba dispatcher held by a module of the package with a
-counting wrapper (calls between compiled kernels are not launches and are not seen). Run
+directly), a :func:`lhotse_amt.kernels.matmul.matmul` (the fixed-order product: it calls
+its compiled entry points directly, past the dispatcher) or a
+:func:`lhotse_amt.kernels.jobs.run_jobs` (one kernel over its jobs, on the thread pool).
+The operators are counted by a ``TorchDispatchMode``; the kernels by replacing, for the
+duration, every numba dispatcher (and every reference to ``matmul`` and ``run_jobs``) held
+by a module of the package with a counting wrapper (calls between compiled kernels are not
+launches and are not seen). Run
 the call once before counting, so that nothing is compiled while the wrappers are in place.
 """
 
@@ -48,6 +51,16 @@ class _CountingKernel:
         return getattr(self._kernel, attr)
 
 
+def _counting_call(fn, name: str, counts: Counter):
+    """A function that counts its calls as launches of ``name``."""
+
+    def call(*args, **kwargs):
+        counts[name] += 1
+        return fn(*args, **kwargs)
+
+    return call
+
+
 def _counting_jobs(run_jobs, counts: Counter):
     """:func:`lhotse_amt.kernels.jobs.run_jobs`: one launch of a kernel over its jobs (the
     compiled entry point it runs bypasses the dispatcher)."""
@@ -66,6 +79,7 @@ def count_launches() -> Iterator[Counter]:
     replaced = []
     jobs = sys.modules.get("lhotse_amt.kernels.jobs")
     run_jobs = getattr(jobs, "run_jobs", None)
+    product = getattr(sys.modules.get("lhotse_amt.kernels.matmul"), "matmul", None)
     for name, mod in list(sys.modules.items()):
         if name != "lhotse_amt" and not name.startswith("lhotse_amt."):
             continue
@@ -76,6 +90,9 @@ def count_launches() -> Iterator[Counter]:
             elif run_jobs is not None and value is run_jobs:
                 replaced.append((mod, attr, value))
                 setattr(mod, attr, _counting_jobs(value, counts))
+            elif product is not None and value is product:
+                replaced.append((mod, attr, value))
+                setattr(mod, attr, _counting_call(value, "numba:matmul", counts))
     try:
         with _OperatorCounter(counts):
             yield counts
