@@ -267,33 +267,26 @@ class FastExcitation:
             raise ValueError("the shortest window must cover a contiguous top band")
         self.h0 = int(bins[0] - 1)
         self.dtype = dtype
+        self.np_dtype = np.dtype(np.float64 if dtype == torch.float64 else np.float32)
         self.n_channels = len(fc)
-        self.wu = torch.tensor(wu, dtype=dtype)
+        # the tables of the chunk loop, numpy in the computation dtype ([level | upper] per
+        # component; its rows from h0 on also serve the sparse removal of pruned
+        # components, one 1110-wide row each: in the computation dtype a float32 model moves
+        # half the bytes, and the float64 autocorrelation route itself is accurate to ~1e-13
+        # of the band's energy, coarser than float32 weights on these tiny terms)
+        self.wu = np.ascontiguousarray(wu, dtype=self.np_dtype)
         # the low band's weights with zero rows up to a multiple of 4 components: the product
         # kernel takes whole groups of four terms, and the extra ones (any intensity times a
         # zero weight) leave every chain's value as it is, so no copy of the intensities is
         # padded for it
         self.h4 = -(-self.h0 // 4) * 4
-        self.wu_low = torch.zeros(self.h4, wu.shape[1], dtype=dtype)
+        self.wu_low = np.zeros((self.h4, wu.shape[1]), self.np_dtype)
         self.wu_low[: self.h0] = self.wu[: self.h0]
-        self.awu = torch.tensor(a @ wu[self.h0 :], dtype=torch.float64)
-        self.window = torch.tensor(window, dtype=torch.float64)
+        self.awu = a @ wu[self.h0 :]  # float64
+        self.window = np.asarray(window, dtype=np.float64)
         self.sliding = sliding_plans(band_variant)
-        # weights of the high-band components for removing pruned ones (sparse updates read
-        # one 1110-wide row per pruned component: in the computation dtype, so a float32
-        # model moves half the bytes; the float64 autocorrelation route itself is accurate to
-        # ~1e-13 of the band's energy, coarser than float32 weights on these tiny terms)
-        self.wu_high_np = np.ascontiguousarray(
-            wu[self.h0 :], dtype=np.float64 if dtype == torch.float64 else np.float32
-        )
         self.fc = np.asarray(fc, dtype=np.float64)
         self.p = roex_p(self.fc)
-        # numpy views of the same arrays for the chunk loop
-        self.np_dtype = np.dtype(np.float64 if dtype == torch.float64 else np.float32)
-        self.wu_np = self.wu.numpy()
-        self.wu_low_np = self.wu_low.numpy()
-        self.awu_np = self.awu.numpy()
-        self.window_np = self.window.numpy()
         self.f = bin_hz()
         self.n_below = mats.n_below
 
@@ -331,7 +324,7 @@ class FastExcitation:
         from lhotse_amt.kernels.matmul import matmul
 
         h0 = self.h0
-        wu = self.wu_np
+        wu = self.wu
         cols = np.flatnonzero(col_kept)
         n_u = cols.size
         if n_u == 0:
@@ -354,11 +347,11 @@ class FastExcitation:
             w_kept[n_u:] = 0.0
             cols = np.concatenate([cols, np.full(n4 - n_u, cols[0])])
             return matmul(ik[:, cols], w_kept)
-        acc = matmul(ik[:, : self.h4], self.wu_low_np)
-        hi = matmul(autocorr, self.awu_np)
+        acc = matmul(ik[:, : self.h4], self.wu_low)
+        hi = matmul(autocorr, self.awu)
         # minus the not-kept components the autocorrelation includes, and acc += hi, in one
         # pass (a row without pruned components costs a scan of compares)
-        subtract_pruned(hi, rows, ik, h0, self.wu_high_np, add_to=acc)
+        subtract_pruned(hi, rows, ik, h0, self.wu[h0:], add_to=acc)
         return acc
 
     def __call__(self, inten: Tensor, keep: Tensor, autocorr: Tensor, chunk: int = 256) -> Tensor:
@@ -448,7 +441,7 @@ class FastExcitation:
             b0 = base + HOP * f0
             rows = inten[: n_lead * nf]
             _intensity_into(zp, b0, nf, bands, self.sliding, rows)
-            rr = windowed_autocorr(zp, b0 + 1024 - a_len // 2, HOP, nf, self.window_np)
+            rr = windowed_autocorr(zp, b0 + 1024 - a_len // 2, HOP, nf, self.window)
             rows = rows.astype(self.np_dtype, copy=False)
             ik, ak, col_kept, col_pruned = kept_components(rows, keep_rule)
             y = self._level_upper(rows, ik, rr.reshape(-1, a_len), col_kept, col_pruned)

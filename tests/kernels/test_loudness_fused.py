@@ -170,7 +170,9 @@ def test_fast_excitation_call_matches_torch_excitation(dtype):
     z[0, 2500:] *= 1e-4  # quiet part: partly pruned high band
     bases = [(ln, b, torch.tensor(m)) for ln, b, m in L.dft_bases("moore2016")]
     with torch.no_grad():
-        inten, acf = F.multires_intensity_fast(z, 0, 20, 120, bases, return_autocorr=fast.window)
+        inten, acf = F.multires_intensity_fast(
+            z, 0, 20, 120, bases, return_autocorr=torch.from_numpy(fast.window)
+        )
         keep = L.prune_components(inten)
         got = fast(inten, keep, acf, chunk=50)
         m = L.excitation_matrices(fc, "moore2016")
