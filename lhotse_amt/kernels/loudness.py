@@ -238,7 +238,6 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
         fr2 = fr + 1 if pair else fr
         if dense[fr]:  # zero intensities included (their terms are 0); vectorised
             n = kmax
-            nq = 2
             ff = fd
             for k in range(kmax):
                 v = inten[fr, k]
@@ -252,7 +251,6 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
                 sg2[_PAD + k] = s[fr2, k]
         else:
             n = 0
-            nq = 2
             ff = fg
             for k in range(kmax):
                 v = inten[fr, k]
@@ -274,7 +272,7 @@ def _lower32(inten, s, sa, sb, p2, q2, kc, wf, kg, jc, cnt, dense, out):  # prag
         # clamp decision), and the range of the slopes
         smin = _ONE_32
         smax = _ZERO_32
-        for q in range(nq):
+        for q in range(2):  # the frames fr and fr2
             gq = ig2 if q else ig
             sq = sg2 if q else sg
             # unsigned indices: no wraparound code, so these loops vectorise
