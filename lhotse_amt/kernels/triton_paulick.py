@@ -217,7 +217,7 @@ def pooled(
     drnl_coefs, ihc_consts, w, adapt_a, adapt_m, s, *consts = front
     C, R = drnl_coefs[0].shape[0], int(dec_factor)
     if chunk is None:
-        chunk = min(POOLED_CHUNK, POOLED_BLOCK_BYTES // (8 * N * C))
+        chunk = min(POOLED_CHUNK, POOLED_BLOCK_BYTES // (8 * max(N * C, 1)))
     chunk = max(R, int(chunk) // R * R)
     st, sp, cnt = (t.detach().cpu().numpy().astype(np.int64) for t in frames)
     st, sp = st.reshape(N, -1), sp.reshape(N, -1)
