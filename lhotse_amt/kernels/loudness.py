@@ -64,6 +64,12 @@ _ZERO_32 = _F32(0.0)
 
 
 @njit(cache=True, fastmath=_FM, inline="always")
+def _horner5(x, c5, c4, c3, c2, c1, c0):  # pragma: no cover - compiled
+    # c5 x^5 + ... + c0 by Horner's rule, in the dtype of its arguments
+    return ((((c5 * x + c4) * x + c3) * x + c2) * x + c1) * x + c0
+
+
+@njit(cache=True, fastmath=_FM, inline="always")
 def _exp64(v):  # pragma: no cover - compiled
     t = np.floor(v * _LOG2E + 0.5)
     r = (v - t * _LN2_HI) - t * _LN2_LO
@@ -99,14 +105,7 @@ def _log2_pos32(x):  # pragma: no cover - compiled
     m = 0.5 * m if hi else m
     ex = ex + 1.0 if hi else ex
     t = (m - 1.0) / (m + 1.0)
-    t2 = t * t
-    q = _L11
-    q = q * t2 + _L9
-    q = q * t2 + _L7
-    q = q * t2 + _L5
-    q = q * t2 + _L3
-    q = q * t2 + _L1
-    return ex + t * q
+    return ex + t * _horner5(t * t, _L11, _L9, _L7, _L5, _L3, _L1)
 
 
 @njit(cache=True, fastmath=_FM, **NO_CFUNC)
@@ -169,12 +168,7 @@ def _skirt_term32(y, i, il):  # pragma: no cover - compiled
     # field is 2^t; 2^r by the degree-5 polynomial; I (1 - v) = I - (I ln 2) y
     tt = y + _MAGIC_32
     r = y - (tt - _MAGIC_32)
-    e = _Q5
-    e = e * r + _Q4
-    e = e * r + _Q3
-    e = e * r + _Q2
-    e = e * r + _Q1
-    e = e * r + _Q0
+    e = _horner5(r, _Q5, _Q4, _Q3, _Q2, _Q1, _Q0)
     e = e * f32_from_bits(f32_bits(tt) << np.int32(23))
     return e * (i - il * y)
 
