@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..functional.loudness.temporal import check_agc_args
 from ..kernels import agc_grad
 from .rowop import DeviceKernels
 
@@ -99,22 +100,11 @@ def _agc_grad(ctx: Any, gy: Tensor) -> tuple[Tensor | None, ...]:
 agc_rows.register_autograd(_agc_grad, setup_context=_agc_setup)
 
 
-def _coef(v: Tensor | float, like: Tensor, inner: torch.Size, name: str) -> Tensor:
-    """``v`` (a number or a tensor broadcasting against ``inner``) as a ``(B, C)`` tensor."""
+def _coef(v: Tensor | float, like: Tensor) -> Tensor:
+    """``v`` (a number, or a tensor checked by :func:`check_agc_args`) in the dtype of
+    ``like``."""
     if not torch.is_tensor(v):
         return torch.full((), float(v), dtype=like.dtype, device=like.device)
-    try:
-        shape = torch.broadcast_shapes(v.shape, inner)
-    except RuntimeError:
-        raise ValueError(
-            f"{name}: shape {tuple(v.shape)} does not broadcast against the non-time axes "
-            f"{tuple(inner)} of the input"
-        ) from None
-    if shape != inner:
-        raise ValueError(
-            f"{name}: shape {tuple(v.shape)} would broadcast the input's non-time axes "
-            f"{tuple(inner)} to {tuple(shape)}"
-        )
     return v.to(like.dtype)
 
 
@@ -140,15 +130,32 @@ def agc(
     Returns:
         ``S`` of the shape and dtype of ``x``. No copy of ``x`` is made for any ``dim``
         (the operator reads ``x`` as ``(prod(shape[:dim]), T, prod(shape[dim + 1:]))``).
+
+    Raises:
+        TypeError, ValueError: as :func:`lhotse_amt.functional.loudness.temporal.
+            check_agc_args` (coefficients outside (0, 1], shapes that do not broadcast).
     """
+    check_agc_args(x, attack, release, dim, state)
+    return agc_along(x, attack, release, dim, state)
+
+
+def agc_along(
+    x: Tensor,
+    attack: Tensor | float,
+    release: Tensor | float,
+    dim: int,
+    state: Tensor | None,
+) -> Tensor:
+    """:func:`agc` on arguments already checked (:func:`lhotse_amt.functional.loudness.agc`
+    checks them once for every backend)."""
     dim = dim % x.dim()
     T = x.shape[dim]
     inner = x.shape[:dim] + x.shape[dim + 1 :]
     B, C = math.prod(x.shape[:dim]), math.prod(x.shape[dim + 1 :])
     coefs = []
-    for name, v in (("attack", attack), ("release", release), ("state", state)):
+    for v in (attack, release, state):
         v = 0.0 if v is None else v
-        coefs.append(_coef(v, x, inner, name).expand(inner).reshape(B, C).contiguous())
+        coefs.append(_coef(v, x).expand(inner).reshape(B, C).contiguous())
     y = agc_rows(x.reshape(B, T, C).contiguous(), *coefs)
     return y.reshape(x.shape)
 

@@ -154,6 +154,24 @@ def test_bad_arguments_raise():
         agc_rows(x[0], *_op_args()[1:])
 
 
+@pytest.mark.parametrize(
+    "args, error, match",
+    [
+        ((torch.full((4,), 0.1, dtype=D), 0.1), ValueError, "attack of shape"),
+        ((0.1, 1.5), ValueError, "release must be"),
+        ((0.1, torch.tensor([0.1, 0.0, 0.2], dtype=D)), ValueError, r"release must lie in"),
+        ((0.1, torch.tensor([1, 1, 1])), TypeError, "release must be a number or a floating"),
+    ],
+)
+def test_operator_checks_its_arguments(args, error, match):
+    # the operator's own entry point checks as the functional one does
+    x = _signal((2, 50, 3), 12)
+    with pytest.raises(error, match=match):
+        ops.agc(x, *args, dim=1)
+    with pytest.raises(TypeError, match="state must be a floating-point tensor"):
+        ops.agc(x, 0.1, 0.1, dim=1, state=torch.zeros(2, 3, dtype=torch.long))
+
+
 def _model_grads(model, x):
     x = x.clone().requires_grad_(True)
     out = model(x)

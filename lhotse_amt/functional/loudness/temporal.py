@@ -26,13 +26,19 @@ __all__ = [
 ]
 
 
-def _check_agc_args(
+def check_agc_args(
     x: Tensor,
     attack: Tensor | float,
     release: Tensor | float,
     dim: int,
     state: Tensor | None = None,
 ) -> None:
+    """Check the arguments of the AGC functions (:func:`agc_reference`, :func:`agc`,
+    :func:`lhotse_amt.ops.loudness.agc`): ``x`` a floating-point signal with at least one
+    sample, ``dim`` one of its axes, ``attack``/``release`` numbers in (0, 1] or
+    floating-point tensors broadcasting against the non-time axes of ``x`` (every element in
+    (0, 1]), ``state`` None or such a tensor; raises ``TypeError``/``ValueError`` naming
+    the argument."""
     check_signal(x, min_samples=1, min_dim=1, max_dim=None, name="x")
     check_int("dim", dim, min=-x.dim(), max=x.dim() - 1)
     if state is not None and not (torch.is_tensor(state) and state.is_floating_point()):
@@ -73,7 +79,7 @@ def agc_reference(
     broadcasting against the shape of ``x`` without ``dim``. Loops over time (``dim``); all
     other axes are processed in parallel. Computed in the dtype of ``x``.
     """
-    _check_agc_args(x, attack, release, dim, state)
+    check_agc_args(x, attack, release, dim, state)
     xt = x.movedim(dim, 0)
     zero = torch.zeros_like(xt[0])
     s = zero if state is None else zero + state.to(x.dtype)
@@ -112,10 +118,9 @@ def agc(
     plain-torch reference, ``"numba"`` the no-grad CPU kernel (number coefficients, no
     ``state``, no gradient).
     """
-    _check_agc_args(x, attack, release, dim, state)
+    check_agc_args(x, attack, release, dim, state)
     check_choice("backend", backend, AGC_BACKENDS)
-    from lhotse_amt.ops.loudness import agc as agc_op
-    from lhotse_amt.ops.loudness import agc_nograd
+    from lhotse_amt.ops.loudness import agc_along, agc_nograd
 
     plain = state is None and not torch.is_tensor(attack) and not torch.is_tensor(release)
     if backend == "auto":
@@ -129,7 +134,7 @@ def agc(
     if backend in ("torch", "reference"):
         return agc_reference(x, attack, release, dim, state)
     if backend in ("operator", "triton"):
-        return agc_op(x, attack, release, dim, state)
+        return agc_along(x, attack, release, dim, state)
     if not plain:
         raise ValueError(
             f"backend={backend!r} takes number attack/release and no state; use "
