@@ -76,7 +76,7 @@ class King2019(StreamingModel):
 
     Args:
         fs: sampling rate (Hz).
-        flow, fhigh: gammatone grid range (Hz; ``fhigh < fs/2``).
+        flow, fhigh: gammatone grid range (Hz; every channel must lie below ``fs/2``).
         basef: if given, the grid is the 5 channels ``E(basef) + k`` ERB, ``k = -2 ... 2``
             (``flow``/``fhigh`` = ``basef`` -/+ 2 ERB).
         compression_type: ``"brokenstick"`` (AMT) or ``"power"``.
