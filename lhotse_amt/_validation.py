@@ -31,6 +31,7 @@ __all__ = [
     "as_float_tensor",
     "check_band",
     "check_bool",
+    "check_broadcast",
     "check_choice",
     "check_device",
     "check_dtype",
@@ -43,6 +44,7 @@ __all__ = [
     "check_rate",
     "check_signal",
     "check_str",
+    "check_tensor",
     "is_real_number",
 ]
 
@@ -339,6 +341,7 @@ def check_signal(
     min_dim: int = 1,
     finite: bool = True,
     allow_empty: bool = False,
+    dtypes: Collection[torch.dtype] | None = None,
 ) -> Tensor:
     """Check a signal tensor with time on the last axis and return it.
 
@@ -346,8 +349,8 @@ def check_signal(
     not real floating point (integer PCM, bool, complex), if it has fewer than ``min_dim``
     or more than ``max_dim`` (``None``: any number of) dimensions, fewer than
     ``min_samples`` samples on the last axis, no elements (unless ``allow_empty``), or
-    (``finite``) NaN/inf samples. ``name`` (or the older ``what``) names the argument in
-    the messages.
+    (``finite``) NaN/inf samples, or (``dtypes`` given) a dtype not among ``dtypes``.
+    ``name`` (or the older ``what``) names the argument in the messages.
     """
     label = name or what or "signal"
     if not isinstance(x, Tensor):
@@ -357,6 +360,8 @@ def check_signal(
             f"{label} must be a real floating point tensor (float32/float64), got dtype "
             f"{x.dtype}; integer PCM must be scaled to [-1, 1] first (e.g. x / 32768 for int16)"
         )
+    if dtypes is not None and x.dtype not in tuple(dtypes):
+        raise ValueError(f"{label} must have dtype {' or '.join(map(str, dtypes))}, got {x.dtype}")
     if x.dim() < min_dim or (max_dim is not None and x.dim() > max_dim):
         if max_dim is None:
             rng = f"at least {min_dim}"
@@ -380,6 +385,47 @@ def check_signal(
         elif not _all_finite(x):
             raise ValueError(f"{label} contains NaN or infinite samples")
     return x
+
+
+def check_tensor(
+    name: str,
+    value: Any,
+    *,
+    real_ok: bool = True,
+    complex_ok: bool = False,
+    trailing: tuple[int, ...] = (),
+    min_dim: int = 0,
+    shape: str = "",
+    allow_none: bool = False,
+) -> Tensor | None:
+    """A coefficient or state tensor: real floating (``real_ok``) or complex (``complex_ok``)
+    dtype, at least ``min_dim`` dimensions and the last axes of sizes ``trailing``
+    (``shape`` describes the expected shape in the message). ``TypeError`` for another
+    type or dtype (integer and bool tensors included), ``ValueError`` for another shape;
+    the values are not read (no data-dependent check)."""
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, Tensor):
+        none = " or None" if allow_none else ""
+        raise TypeError(f"{name} must be a torch.Tensor{none}, got {_type_name(value)}")
+    kinds = [k for k, ok in (("real floating", real_ok), ("complex", complex_ok)) if ok]
+    if not ((real_ok and value.is_floating_point()) or (complex_ok and value.is_complex())):
+        raise TypeError(f"{name} must be a {' or '.join(kinds)} tensor, got dtype {value.dtype}")
+    n = len(trailing)
+    if value.dim() < max(min_dim, n) or tuple(value.shape[value.dim() - n :]) != trailing:
+        want = shape or f"(..., {', '.join(map(str, trailing))})"
+        raise ValueError(f"{name} must have shape {want}, got {tuple(value.shape)}")
+    return value
+
+
+def check_broadcast(*shapes: tuple[str, tuple[int, ...]]) -> torch.Size:
+    """The broadcast of the named shapes ``(name, shape)``; ``ValueError`` listing them all
+    where they do not broadcast (rather than torch's message without argument names)."""
+    try:
+        return torch.broadcast_shapes(*(s for _, s in shapes))
+    except RuntimeError:
+        listed = ", ".join(f"{name} {tuple(s)}" for name, s in shapes)
+        raise ValueError(f"shapes do not broadcast: {listed}") from None
 
 
 def require(condition: torch.Tensor, message: str) -> None:

@@ -22,6 +22,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from .._validation import (
+    check_bool,
+    check_broadcast,
+    check_int,
+    check_positive_finite,
+    check_signal,
+    check_tensor,
+)
+
 if TYPE_CHECKING:
     from .compression import broken_stick, drnl_compression
     from .envelope import rms_envelope
@@ -64,16 +73,32 @@ __all__ = [
 ]
 
 
+#: the dtypes of the operators' signals (every kernel has float32 and float64 versions)
+KERNEL_DTYPES = (torch.float32, torch.float64)
+
+
+def check_input(x: Tensor, name: str = "x", min_dim: int = 1) -> Tensor:
+    """The signal argument of an operator wrapper: a float32/float64 tensor with at least
+    ``min_dim`` dimensions (empty allowed; the values are not scanned, the functional
+    layer checks them); ``TypeError``/``ValueError`` naming ``name`` otherwise."""
+    kw = {"min_dim": min_dim, "allow_empty": True, "finite": False, "dtypes": KERNEL_DTYPES}
+    return check_signal(x, 0, None, name=name, **kw)
+
+
 def row_map(shape: tuple[int, ...] | torch.Size, lead: torch.Size, device: torch.device) -> Tensor:
     """Row of a tensor with leading shape ``shape`` read by each row of the broadcast
-    leading shape ``lead``: ``(prod(lead),)`` int64."""
+    leading shape ``lead``: ``(prod(lead),)`` int64. ``ValueError`` where ``shape`` does
+    not broadcast to ``lead``."""
+    if check_broadcast(("shape", tuple(shape)), ("lead", tuple(lead))) != lead:
+        raise ValueError(f"shape {tuple(shape)} does not broadcast to lead {tuple(lead)}")
     n = math.prod(shape)
     idx = torch.arange(n, device=device).reshape(tuple(shape))
     return idx.expand(lead).reshape(-1)
 
 
 def _rows(x: Tensor, T: int) -> Tensor:
-    return x.reshape(-1, T).contiguous()
+    # the row count spelled out: reshape(-1, 0) of an empty time axis is ambiguous
+    return x.reshape(math.prod(x.shape[:-1]), T).contiguous()
 
 
 def sosfilt(x: Tensor, sos: Tensor, zi: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -86,11 +111,21 @@ def sosfilt(x: Tensor, sos: Tensor, zi: Tensor | None = None) -> tuple[Tensor, T
 
     Returns:
         ``y (lead..., T)`` in the dtype of ``x`` and ``zf (lead..., S, 2)``.
+
+    Raises:
+        TypeError, ValueError: ``x`` not float32/float64 with time last, ``sos``/``zi``
+            not floating tensors of those shapes (``S >= 1``), leading shapes that do not
+            broadcast.
     """
+    check_input(x)
+    check_tensor("sos", sos, min_dim=2, trailing=(6,), shape="(..., S, 6)")
     T = x.shape[-1]
     S = sos.shape[-2]
-    shapes = [x.shape[:-1], sos.shape[:-2]] + ([] if zi is None else [zi.shape[:-2]])
-    lead = torch.broadcast_shapes(*shapes)
+    if S == 0:
+        raise ValueError(f"sos must have at least one section, got shape {tuple(sos.shape)}")
+    check_tensor("zi", zi, trailing=(S, 2), allow_none=True)
+    shapes = [("x", x.shape[:-1]), ("sos", sos.shape[:-2])]
+    lead = check_broadcast(*shapes, *([] if zi is None else [("zi", zi.shape[:-2])]))
     sdt = torch.promote_types(sos.dtype, x.dtype)
     if zi is None:
         z = x.new_zeros((math.prod(lead), S, 2), dtype=sdt)
@@ -102,6 +137,14 @@ def sosfilt(x: Tensor, sos: Tensor, zi: Tensor | None = None) -> tuple[Tensor, T
 
     y, zf, _ = sosfilt_rows(_rows(x, T), xrow, sos.reshape(-1, S, 6).contiguous(), crow, z)
     return y.reshape(*lead, T), zf.reshape(*lead, S, 2)
+
+
+def _describe(v: Any) -> str:
+    """A short description of an argument for a message: a tensor's dtype and shape, or
+    the type."""
+    if torch.is_tensor(v):
+        return f"{v.dtype} tensor of shape {tuple(v.shape)}"
+    return type(v).__name__
 
 
 def _as_ri(z: Tensor, dtype: torch.dtype) -> Tensor:
@@ -142,13 +185,29 @@ def one_pole_cascade(
         ``y (lead..., T)`` and the complex final states ``(lead..., K)``; with ``select``,
         ``lead = (batch..., S)``, ``batch`` the leading dimensions before the coefficient
         shape.
+
+    Raises:
+        TypeError, ValueError: ``x`` not float32/float64 with time last, ``pole``/``gain``
+            not floating or complex tensors, ``order`` not an integer >= 1, ``zi`` not a
+            complex ``(..., order)`` tensor, ``use_abs`` not bool, ``select`` not a 1-d
+            integer tensor, shapes that do not broadcast.
     """
+    check_input(x)
+    check_tensor("pole", pole, complex_ok=True)
+    check_tensor("gain", gain, complex_ok=True)
+    check_int("order", order, min=1)
+    check_tensor("zi", zi, real_ok=False, complex_ok=True, trailing=(order,), allow_none=True)
+    if use_abs is not None and not (torch.is_tensor(use_abs) and use_abs.dtype == torch.bool):
+        raise TypeError(f"use_abs must be a bool tensor or None, got {_describe(use_abs)}")
+    if select is not None and not (
+        torch.is_tensor(select) and select.dim() == 1 and select.dtype in (torch.int32, torch.int64)
+    ):
+        raise TypeError(f"select must be a 1-d int64/int32 tensor or None, got {_describe(select)}")
     T = x.shape[-1]
     rdt = x.dtype
-    cshape = torch.broadcast_shapes(pole.shape, gain.shape)
-    if use_abs is not None:
-        cshape = torch.broadcast_shapes(cshape, use_abs.shape)
-    full = torch.broadcast_shapes(x.shape[:-1], cshape)
+    coefs = [("pole", pole.shape), ("gain", gain.shape)]
+    cshape = check_broadcast(*coefs, *([] if use_abs is None else [("use_abs", use_abs.shape)]))
+    full = check_broadcast(("x", x.shape[:-1]), ("coefficients", cshape))
     if select is not None:
         batch = full[: len(full) - len(cshape)]
         if output == "complex" or full[len(batch) :] != cshape:
@@ -158,9 +217,11 @@ def one_pole_cascade(
                 f"{tuple(full)}, output {output!r})"
             )
         lead = torch.Size((*batch, select.shape[0]))
+        if zi is not None and check_broadcast(("zi", zi.shape[:-1]), ("output", lead)) != lead:
+            raise ValueError(f"zi of shape {tuple(zi.shape)} must broadcast to {(*lead, order)}")
     else:
-        shapes = [full] + ([] if zi is None else [zi.shape[:-1]])
-        lead = torch.broadcast_shapes(*shapes)
+        shapes = [("x and coefficients", full)] + ([] if zi is None else [("zi", zi.shape[:-1])])
+        lead = check_broadcast(*shapes)
     sdt = torch.float64 if rdt == torch.float64 else torch.float32
     if zi is None:
         z = x.new_zeros((math.prod(lead), order, 2), dtype=sdt)
@@ -206,13 +267,23 @@ def adaptation_loops_raw(
     """Adaptation loops (operator ``lhotse_amt::adaptation_loops``): the raw loop output
     ``v`` before the model-unit scaling and the final states.
 
-    ``x (..., T)``; ``a``, ``m`` ``(..., J)`` broadcast with ``x.shape[:-1]``;
-    ``state (..., J)``.
+    ``x (..., T)`` float32/float64; ``a``, ``m`` ``(..., J)`` (``J >= 1``) floating,
+    broadcast with ``x.shape[:-1]``; ``state (..., J)`` floating; ``minlvl > 0`` a number;
+    ``use_limit`` a bool. Raises ``TypeError``/``ValueError`` naming the argument otherwise.
     """
-    T = x.shape[-1]
+    check_input(x)
+    check_tensor("a", a, min_dim=1, shape="(..., J)")
     J = a.shape[-1]
-    lead = torch.broadcast_shapes(x.shape[:-1], a.shape[:-1], m.shape[:-1], state.shape[:-1])
-    cshape = torch.broadcast_shapes(a.shape[:-1], m.shape[:-1])
+    if J == 0:
+        raise ValueError(f"a must have at least one loop (J >= 1), got shape {tuple(a.shape)}")
+    check_tensor("m", m, trailing=(J,))
+    check_tensor("state", state, trailing=(J,))
+    minlvl = check_positive_finite("minlvl", minlvl)
+    use_limit = check_bool("use_limit", use_limit)
+    T = x.shape[-1]
+    coefs = [("a", a.shape[:-1]), ("m", m.shape[:-1])]
+    lead = check_broadcast(("x", x.shape[:-1]), *coefs, ("state", state.shape[:-1]))
+    cshape = check_broadcast(*coefs)
     sdt = torch.float64 if x.dtype == torch.float64 else torch.float32
     z = state.to(sdt).expand(*lead, J).reshape(-1, J).contiguous()
     ar = a.expand(*cshape, J).reshape(-1, J).contiguous()
@@ -221,5 +292,5 @@ def adaptation_loops_raw(
     crow = row_map(cshape, lead, x.device)
     from .recursions import adaptation_rows
 
-    y, zf, _ = adaptation_rows(_rows(x, T), xrow, ar, mr, crow, float(minlvl), bool(use_limit), z)
+    y, zf, _ = adaptation_rows(_rows(x, T), xrow, ar, mr, crow, minlvl, use_limit, z)
     return y.reshape(*lead, T), zf.reshape(*lead, J)

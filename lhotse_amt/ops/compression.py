@@ -32,13 +32,16 @@ kernels of the same modules as the broken stick.
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from .._validation import check_number, check_tensor
 from ..kernels import compression as _cpu
+from . import check_input
 from .rowop import DeviceKernels
 
 __all__ = ["broken_stick", "drnl_compression"]
@@ -153,12 +156,17 @@ broken_stick_op.register_autograd(_backward, setup_context=_setup)
 def broken_stick(x: Tensor, exponent: Tensor, knee: float) -> Tensor:
     """Broken-stick compression of ``x`` (operator ``lhotse_amt::broken_stick``) with a
     scalar ``exponent`` (0-d or one-element tensor, cast to ``x``'s dtype) and the knee
-    amplitude ``knee``; returns a tensor shaped like ``x``."""
+    amplitude ``knee``; returns a tensor shaped like ``x``. ``x`` float32/float64,
+    ``exponent`` a floating tensor, ``knee`` a finite number > 0 (``TypeError``/``ValueError``
+    naming the argument otherwise)."""
+    check_input(x, min_dim=0)
+    check_tensor("exponent", exponent)
     if exponent.numel() != 1:
         raise ValueError(f"exponent must have one element, got shape {tuple(exponent.shape)}")
-    if not knee > 0.0:
-        raise ValueError(f"knee must be a positive amplitude, got {knee!r}")
-    return broken_stick_op(x, exponent.reshape(()).to(x.dtype), float(knee))
+    k = check_number("knee", knee, finite=False)
+    if not 0.0 < k < math.inf:
+        raise ValueError(f"knee must be a positive amplitude (finite), got {knee!r}")
+    return broken_stick_op(x, exponent.reshape(()).to(x.dtype), k)
 
 
 @torch.library.custom_op(f"{_LIB}::drnl_compression", mutates_args=())
@@ -208,16 +216,23 @@ drnl_compression_op.register_autograd(_drnl_backward, setup_context=_drnl_setup)
 def drnl_compression(u: Tensor, a: Tensor, b: Tensor, c: Tensor | float) -> Tensor:
     """DRNL compression ``u min(a, b |u|^(c - 1))`` of ``u (..., C, T)`` per channel
     (operator ``lhotse_amt::drnl_compression``): ``a``, ``b`` ``(C,)`` and the exponent
-    ``c`` (a number or a one-element tensor), cast to ``u``'s dtype."""
-    if u.dim() < 2:
+    ``c`` (a number or a one-element tensor), cast to ``u``'s dtype. ``u`` float32/float64,
+    ``a``, ``b``, ``c`` real floating (``TypeError``/``ValueError`` naming the argument
+    otherwise)."""
+    if torch.is_tensor(u) and u.dim() < 2:
         raise ValueError(f"u must be (..., C, T), got shape {tuple(u.shape)}")
+    check_input(u, name="u", min_dim=2)
     C = u.shape[-2]
     for name, v in (("a", a), ("b", b)):
+        check_tensor(name, v)
         if tuple(v.shape) != (C,):
             raise ValueError(
                 f"{name} must have shape ({C},) (one per channel), got {tuple(v.shape)}"
             )
-    c_t = c if torch.is_tensor(c) else torch.tensor(float(c), dtype=u.dtype, device=u.device)
+    if torch.is_tensor(c):
+        c_t = check_tensor("c", c)
+    else:
+        c_t = torch.tensor(check_number("c", c), dtype=u.dtype, device=u.device)
     if c_t.numel() != 1:
         raise ValueError(f"c must have one element, got shape {tuple(c_t.shape)}")
     return drnl_compression_op(u, a.to(u.dtype), b.to(u.dtype), c_t.reshape(()).to(u.dtype))

@@ -23,14 +23,16 @@ Reference: A. King, L. Varnet, C. Lorenzi (2019), JASA 145, 2277-2293.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from .._validation import check_int
 from ..kernels import envelope as _cpu
+from . import check_input
 from .rowop import DeviceKernels
 
 __all__ = ["rms_envelope_rows", "rms_envelope"]
@@ -178,20 +180,38 @@ def _backward(ctx: Any, g: Tensor, _gh: Tensor, _gs: Tensor) -> tuple[Tensor, No
 rms_envelope_rows.register_autograd(_backward, setup_context=_setup)
 
 
+def _band_list(bands: Any) -> list:
+    """``bands`` as a list of its items: an iterable (not a string) or a 1-d integer
+    tensor."""
+    if torch.is_tensor(bands):
+        if bands.dim() != 1 or bands.is_floating_point() or bands.is_complex():
+            raise TypeError(
+                f"bands must be a sequence of integers or a 1-d integer tensor, got a "
+                f"{bands.dtype} tensor of shape {tuple(bands.shape)}"
+            )
+        return bands.tolist()
+    if isinstance(bands, (str, bytes)) or not isinstance(bands, Iterable):
+        raise TypeError(f"bands must be a sequence of integers, got {type(bands).__name__}")
+    return list(bands)
+
+
 def rms_envelope(x: Tensor, bands: Sequence[int]) -> Tensor:
     """Replace the bands ``bands`` of ``x (..., M, T)`` (real, floating) by their
     rms-matched Hilbert envelopes (operator ``lhotse_amt::rms_envelope``); the other bands
-    pass unchanged. Returns a new tensor of the shape and dtype of ``x``."""
+    pass unchanged. Returns a new tensor of the shape and dtype of ``x``. ``x`` must be
+    float32/float64, ``bands`` a sequence (or 1-d integer tensor) of integers
+    (``TypeError``/``ValueError`` naming the argument otherwise)."""
     if not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() < 2:
         raise TypeError(
             f"x must be a real floating tensor (..., M, T), got "
             f"{type(x).__name__ if not isinstance(x, Tensor) else (x.dtype, tuple(x.shape))}"
         )
+    check_input(x, min_dim=2)
     M, T = x.shape[-2], x.shape[-1]
-    sel = sorted({int(b) for b in bands})
+    sel = sorted({check_int(f"bands[{i}]", b) for i, b in enumerate(_band_list(bands))})
     if sel and not (0 <= sel[0] and sel[-1] < M):
         raise ValueError(f"bands must lie in [0, {M}) (x has {M} bands on dim -2), got {sel}")
-    if not sel or T == 0:
+    if not sel or x.numel() == 0:
         return x.clone()
     lead = x.shape[:-2] if x.dim() > 2 else (1,)
     out, _, _ = rms_envelope_rows(x.reshape(*lead, M, T).contiguous(), sel)

@@ -21,7 +21,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._validation import check_int
 from ..kernels import fir_grad as _cpu
+from . import check_input
 from .rowop import DeviceKernels
 
 __all__ = ["strided_fir_rows", "strided_fir"]
@@ -114,11 +116,19 @@ strided_fir_rows.register_autograd(_backward, setup_context=_setup)
 def strided_fir(x: Tensor, w: Tensor, start: int, stride: int, n_out: int) -> Tensor:
     """``y[r, i] = sum_k w[k] x[r, start + i stride + k]`` for ``x (R, Tx)`` (real,
     floating) and taps ``w (K,)`` (operator ``lhotse_amt::strided_fir``); ``y (R, n_out)``
-    in ``x``'s dtype."""
+    in ``x``'s dtype. ``x`` and ``w`` float32/float64 (``K >= 1``), ``start``, ``stride``,
+    ``n_out`` integers (``TypeError``/``ValueError`` naming the argument otherwise)."""
     if not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() != 2:
         raise TypeError(f"x must be a real floating tensor (R, T), got {getattr(x, 'shape', x)}")
     if not isinstance(w, Tensor) or not w.is_floating_point() or w.dim() != 1:
         raise TypeError(f"w must be a real floating tensor (K,), got {getattr(w, 'shape', w)}")
+    check_input(x, min_dim=2)
+    check_input(w, name="w")
+    if w.shape[0] == 0:
+        raise ValueError("w must have at least one tap, got shape (0,)")
+    for name, v in (("start", start), ("stride", stride), ("n_out", n_out)):
+        if not isinstance(v, torch.SymInt):  # symbolic sizes under torch.compile pass
+            check_int(name, v)
     start, stride, n_out = int(start), int(stride), int(n_out)
     if start < 0 or stride < 1 or n_out < 0:
         raise ValueError(

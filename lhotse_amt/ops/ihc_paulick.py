@@ -24,8 +24,10 @@ import math
 import torch
 from torch import Tensor
 
+from .._validation import check_broadcast, check_number, check_tensor
 from ..kernels import ihc_paulick_grad
 from ..kernels.ihc_paulick_grad import IHC_STEP_KEYS
+from . import _rows, check_input, row_map
 from .rowop import DeviceKernels, row_operator
 
 __all__ = ["IHC_STEP_KEYS", "ihc_paulick_rows", "ihc_paulick_recursion"]
@@ -51,11 +53,6 @@ def ihc_paulick_rows(
     return _IHC.on(x).forward(x, xrow, consts, crow, zi)
 
 
-def _row_map(shape: torch.Size, lead: torch.Size, device: torch.device) -> Tensor:
-    idx = torch.arange(math.prod(shape), device=device).reshape(tuple(shape))
-    return idx.expand(lead).reshape(-1)
-
-
 def ihc_paulick_recursion(
     x: Tensor, consts: dict[str, Tensor] | Tensor, state: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
@@ -75,32 +72,46 @@ def ihc_paulick_recursion(
     Returns:
         ``W = V - V_pre`` ``(lead..., T)`` in volts (dtype of ``x``) and the final state
         ``(lead...)``.
+
+    Raises:
+        TypeError, ValueError: ``x`` not float32/float64 with time last, constants or
+            ``state`` not real floating (constants given as numbers: finite), a missing
+            constant, shapes that do not broadcast.
     """
+    check_input(x)
     T = x.shape[-1]
     if isinstance(consts, dict):
         missing = [k for k in IHC_STEP_KEYS if k not in consts]
         if missing:
             raise ValueError(f"IHC step constants miss {missing}; need {list(IHC_STEP_KEYS)}")
+        for k in IHC_STEP_KEYS:
+            v = consts[k]
+            if torch.is_tensor(v):
+                check_tensor(f"consts[{k!r}]", v)
+            else:
+                check_number(f"consts[{k!r}]", v)
         cs = [torch.as_tensor(consts[k], device=x.device) for k in IHC_STEP_KEYS]
+        check_broadcast(*((f"consts[{k!r}]", v.shape) for k, v in zip(IHC_STEP_KEYS, cs)))
         cdt = torch.promote_types(torch.float64, cs[0].dtype)
         c = torch.stack(torch.broadcast_tensors(*[v.to(cdt) for v in cs]), -1)
     else:
-        c = consts
-    if c.shape[-1] != len(IHC_STEP_KEYS):
+        c = check_tensor("consts", consts)
+    if c.dim() == 0 or c.shape[-1] != len(IHC_STEP_KEYS):
         raise ValueError(
             f"IHC step constants must have {len(IHC_STEP_KEYS)} entries on the last axis, "
             f"got shape {tuple(c.shape)}"
         )
+    check_tensor("state", state, allow_none=True)
     cshape = c.shape[:-1]
-    shapes = [x.shape[:-1], cshape] + ([] if state is None else [state.shape])
-    lead = torch.broadcast_shapes(*shapes)
+    shapes = [("x", x.shape[:-1]), ("consts", cshape)]
+    lead = check_broadcast(*shapes, *([] if state is None else [("state", state.shape)]))
     sdt = torch.float64 if x.dtype == torch.float64 else torch.float32
     if state is None:
         z = x.new_zeros((math.prod(lead),), dtype=sdt)
     else:
         z = state.to(sdt).expand(lead).reshape(-1).contiguous()
-    xrow = _row_map(x.shape[:-1], lead, x.device)
-    crow = _row_map(cshape, lead, x.device)
+    xrow = row_map(x.shape[:-1], lead, x.device)
+    crow = row_map(cshape, lead, x.device)
     cr = c.reshape(-1, len(IHC_STEP_KEYS)).contiguous()
-    y, zf, _ = ihc_paulick_rows(x.reshape(-1, T).contiguous(), xrow, cr, crow, z)
+    y, zf, _ = ihc_paulick_rows(_rows(x, T), xrow, cr, crow, z)
     return y.reshape(*lead, T), zf.reshape(lead)
