@@ -119,6 +119,47 @@ def test_check_signal(x, err, match):
         V.check_signal(x, min_samples=4, name="x")
 
 
+def test_check_signal_dtypes():
+    x = torch.zeros(8, dtype=torch.float16)
+    with pytest.raises(ValueError, match="x must have dtype torch.float32 or torch.float64"):
+        V.check_signal(x, name="x", dtypes=(torch.float32, torch.float64))
+    y = torch.zeros(8, dtype=torch.float64)
+    assert V.check_signal(y, name="x", dtypes=(torch.float32, torch.float64)) is y
+
+
+@pytest.mark.parametrize(
+    "value, kwargs, err, match",
+    [
+        ([1.0] * 6, {}, TypeError, "sos must be a torch.Tensor, got list"),
+        (torch.zeros(2, 6, dtype=torch.long), {}, TypeError, "real floating tensor, got dtype"),
+        (torch.zeros(2, 6, dtype=torch.bool), {}, TypeError, "real floating tensor"),
+        (torch.zeros(2, 6, dtype=torch.complex64), {}, TypeError, "real floating tensor"),
+        (torch.zeros(2, 5), {"trailing": (6,)}, ValueError, r"shape \(\.\.\., 6\), got \(2, 5\)"),
+        (torch.zeros(6), {"trailing": (2, 6)}, ValueError, r"got \(6,\)"),
+        (torch.zeros(()), {"min_dim": 1}, ValueError, "must have shape"),
+        (None, {}, TypeError, "must be a torch.Tensor, got None"),
+        (torch.zeros(3), {"real_ok": False, "complex_ok": True}, TypeError, "complex tensor"),
+    ],
+)
+def test_check_tensor_rejects(value, kwargs, err, match):
+    with pytest.raises(err, match=match):
+        V.check_tensor("sos", value, **kwargs)
+
+
+def test_check_tensor_accepts():
+    sos = torch.zeros(3, 2, 6, dtype=torch.float64)
+    assert V.check_tensor("sos", sos, trailing=(2, 6)) is sos
+    pole = torch.zeros(4, dtype=torch.complex128)
+    assert V.check_tensor("pole", pole, real_ok=False, complex_ok=True) is pole
+    assert V.check_tensor("zi", None, allow_none=True) is None
+
+
+def test_check_broadcast_names_every_shape():
+    assert V.check_broadcast(("x", (3, 1)), ("sos", (4,))) == torch.Size([3, 4])
+    with pytest.raises(ValueError, match=r"do not broadcast: x \(3,\), sos \(2,\)"):
+        V.check_broadcast(("x", (3,)), ("sos", (2,)))
+
+
 # ------------------------------------------------------------------------------------ configs
 def _config_classes():
     return sorted({FEATURE_EXTRACTORS[n].config_type for n in NAMES}, key=lambda c: c.__name__)
