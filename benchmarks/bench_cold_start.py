@@ -18,6 +18,11 @@ hold on a shared machine where wall time does not:
 * ``kaldi-fbank``: the same job with Lhotse's ``kaldi-fbank`` (``Fbank``) (no lhotse_amt import), the
   start-up of a plain PyTorch feature extractor.
 
+The ``amt-*`` children turn on the ``lhotse-amt`` command line's process settings (huge
+pages, host cache, fork-safe threads and :func:`lhotse_amt.skip_exit_collection`, which
+spares the exit its garbage collections); ``--no-opt-in`` leaves them off (a script that
+does not call them).
+
 The package's modules run from compiled bytecode, as from an installed wheel (and as
 PyTorch's and Lhotse's do): before the runs, ``compileall`` writes hash-checked ``.pyc``
 files next to them (a source edited later is recompiled, never run stale). Where the
@@ -83,6 +88,7 @@ else:
         lhotse_amt.enable_huge_pages()
         lhotse_amt.enable_host_cache(2048)
         lhotse_amt.use_fork_safe_threading()
+        lhotse_amt.skip_exit_collection()
     t_build = time.process_time()
     ex = FEATURE_EXTRACTORS[name]()
 sr = ex.config.sampling_rate
@@ -151,7 +157,8 @@ def main() -> None:
     ap.add_argument(
         "--no-opt-in",
         action="store_true",
-        help="leave huge pages, host cache and threading layer as they are (the CLI sets them)",
+        help="leave huge pages, host cache, threading layer and exit collections as they are "
+        "(the CLI sets them)",
     )
     ap.add_argument(
         "--no-bytecode",

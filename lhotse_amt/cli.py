@@ -398,7 +398,8 @@ def _enable_process_settings() -> None:
     """The process-wide settings the package leaves to its users (see ``lhotse_amt``),
     turned on for the command line: huge pages, a host cache of at most
     ``CLI_HOST_CACHE_MB`` (a quarter of the memory where that is less) unless
-    ``LHOTSE_AMT_HOST_CACHE_MB`` is set, and fork-safe numba threading."""
+    ``LHOTSE_AMT_HOST_CACHE_MB`` is set, fork-safe numba threading and an exit without
+    the garbage collector's final passes."""
     import os
 
     from ._alloc import CLI_HOST_CACHE_MB, _physical_memory
@@ -407,6 +408,7 @@ def _enable_process_settings() -> None:
     if not os.environ.get("LHOTSE_AMT_HOST_CACHE_MB", "").strip():
         lhotse_amt.enable_host_cache(min(CLI_HOST_CACHE_MB, _physical_memory() / 4 / 2**20))
     lhotse_amt.use_fork_safe_threading()
+    lhotse_amt.skip_exit_collection()
 
 
 if __name__ == "__main__":  # pragma: no cover

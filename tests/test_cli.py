@@ -3,6 +3,7 @@ resumable extraction behind ``feat extract-cuts``."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -220,3 +221,21 @@ def test_plot_without_a_model_names_what_is_missing(corpus, tmp_path):
     assert "-f CONFIG.yaml" in r.stderr and not (tmp_path / "a.png").exists()
     r = _cli("amt", "plot", "a.jsonl.gz", "a.png", "--cut-id", "nope", cwd=tmp_path)
     assert r.returncode == 2 and "no cut 'nope'" in r.stderr
+
+
+def test_command_line_turns_on_the_process_settings():
+    # what the entry point sets before running a command: every opt-in of the package
+    code = (
+        "import os, lhotse_amt, numba\n"
+        "from lhotse_amt import cli, kernels\n"
+        "cli._enable_process_settings()\n"
+        "print(os.environ.get('THP_MEM_ALLOC_ENABLE'), lhotse_amt.host_cache_limit() > 0,\n"
+        "      numba.config.THREADING_LAYER_PRIORITY[-1], kernels._EXIT_HOOK)\n"
+    )
+    clean = ("THP_MEM_ALLOC_ENABLE", "LHOTSE_AMT_HOST_CACHE_MB")
+    env = {k: v for k, v in os.environ.items() if k not in clean}
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["1", "True", "omp", "[True]"]

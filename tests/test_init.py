@@ -1,6 +1,7 @@
 """Importing ``lhotse_amt`` changes nothing process-wide; the process-wide settings it offers
-(huge pages, fork-safe numba threading) take effect only when asked for. Each case runs in
-a fresh interpreter, since these settings are read once per process."""
+(huge pages, fork-safe numba threading, an exit without garbage collections) take effect only
+when asked for. Each case runs in a fresh interpreter, since these settings are read once per
+process."""
 
 from __future__ import annotations
 
@@ -112,3 +113,34 @@ print(ok, ",".join(before), ",".join(after), numba.threading_layer())
     # NUMBA_THREADING_LAYER chosen by the user decides: the call reports it does not
     ok, *_ = _run(code, NUMBA_THREADING_LAYER="workqueue").split()
     assert ok == "False"
+
+
+_EXIT_PROBE = r"""
+import atexit, gc, sys
+# registered first, so it runs last: it sees what the package's hook (if any) did
+atexit.register(lambda: print("frozen-at-exit", gc.get_freeze_count() > 0, flush=True))
+import lhotse_amt
+if sys.argv[1] == "on":
+    print("registered", lhotse_amt.skip_exit_collection(), lhotse_amt.skip_exit_collection())
+print("frozen-before-exit", gc.get_freeze_count() > 0)
+"""
+
+
+def _run_exit_probe(mode: str) -> list[str]:
+    r = subprocess.run(
+        [sys.executable, "-c", _EXIT_PROBE, mode], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.strip().splitlines()
+
+
+def test_skip_exit_collection_freezes_only_at_exit_and_only_when_asked():
+    # importing leaves the collector alone, also at exit
+    assert _run_exit_probe("off") == ["frozen-before-exit False", "frozen-at-exit False"]
+    # the opt-in registers one hook (the second call reports it did nothing); nothing is
+    # frozen while the program runs, everything at its exit
+    assert _run_exit_probe("on") == [
+        "registered True False",
+        "frozen-before-exit False",
+        "frozen-at-exit True",
+    ]

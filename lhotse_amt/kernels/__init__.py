@@ -18,10 +18,13 @@ package has its numba dispatchers switched to both as it is imported.
 
 Importing the package leaves numba's settings alone. :func:`use_fork_safe_threading`
 (called by the ``lhotse-amt`` CLI) makes numba prefer threading layers that survive
-``fork``.
+``fork``; :func:`skip_exit_collection` (also called by the CLI) spares a process the
+garbage collections of its exit.
 """
 
+import atexit
 import functools
+import gc
 import os
 import sys
 import types
@@ -55,6 +58,30 @@ def use_fork_safe_threading() -> bool:
         list(numba.config.THREADING_LAYER_PRIORITY) == FORK_SAFE_PRIORITY
         and "NUMBA_THREADING_LAYER" not in os.environ
     )
+
+
+_EXIT_HOOK: list[bool] = []  # True once skip_exit_collection registered its hook
+
+
+def skip_exit_collection() -> bool:
+    """Freeze the garbage collector at interpreter exit (:func:`gc.freeze` as an
+    :mod:`atexit` hook), so that the exit's collections skip every object alive then.
+
+    Compiles run with the collector paused (:mod:`lhotse_amt.kernels.compile_gc`), and
+    their cyclic garbage, with the objects numba keeps, is otherwise walked and freed at
+    exit: measured after a first 1-s extract of ``amt-glasberg2002``, the exit took
+    0.9-1.2 CPU-s with an empty kernel cache and 0.65 with a warm one, ~0.2 with this hook.
+    With it the operating system takes that memory back instead; finalisers of objects in
+    reference cycles do not run at exit (objects freed by reference counting, open files
+    of live objects and other ``atexit`` hooks are unaffected). A process-wide opt-in for
+    programs that exit when their work is done (the ``lhotse-amt`` command line turns it
+    on); importing the package does not. Returns True if this call registered the hook
+    (later calls do nothing)."""
+    if _EXIT_HOOK:
+        return False
+    atexit.register(gc.freeze)
+    _EXIT_HOOK.append(True)
+    return True
 
 
 #: register (SIMD) kernels where they apply; ``LHOTSE_AMT_SIMD=0``: the channel-vectorised ones
