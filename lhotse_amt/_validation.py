@@ -35,6 +35,7 @@ __all__ = [
     "check_choice",
     "check_device",
     "check_dtype",
+    "check_frequencies",
     "check_kwargs",
     "check_int",
     "check_level_db",
@@ -179,6 +180,20 @@ def check_band(
             f"{names[0]} must be below {names[1]}, got {names[0]}={lo!r}, {names[1]}={hi!r}"
         )
     return a, b
+
+
+def check_frequencies(name: str, f: Any) -> np.ndarray:
+    """``(C,)`` frequencies in Hz (a number, sequence or array), non-empty, finite and
+    ``> 0``; returns them as a 1-D float64 array."""
+    try:
+        a = np.atleast_1d(np.asarray(f, np.float64))
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be frequencies in Hz (numbers), got {f!r}") from None
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D array of frequencies, got {a.shape}")
+    if not (np.isfinite(a).all() and (a > 0).all()):
+        raise ValueError(f"{name} must be finite and > 0 (Hz), got {a}")
+    return a
 
 
 def check_level_db(name: str, value: Any, *, allow_none: bool = False) -> float | None:

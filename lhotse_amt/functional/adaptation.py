@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .. import _validation as V
 from .._validation import check_number, check_rate, check_signal, require
 
 __all__ = [
@@ -56,6 +57,7 @@ def adaptation_coefficients(
     ``tau`` may carry gradients (learnable time constants); ``m_j`` and ``s_j(0)`` depend
     only on ``minlvl`` and ``limit``.
     """
+    V.check_tensor("tau", tau, min_dim=1, shape="(..., J)")
     J = tau.shape[-1]
     a = torch.exp(-1.0 / (tau * fs))
     s0 = adaptation_initial_state(J, minlvl, dtype=tau.dtype, device=tau.device)
@@ -67,6 +69,8 @@ def adaptation_initial_state(
     n_loops: int, minlvl: float, dtype: torch.dtype = torch.float64, device: str | None = None
 ) -> Tensor:
     """``s_j(0) = minlvl^(1/2^j)``, ``j = 1 ... J`` (steady state at the minimum level)."""
+    V.check_int("n_loops", n_loops, min=1)
+    V.check_positive_finite("minlvl", minlvl)
     j = torch.arange(1, n_loops + 1, dtype=torch.float64)
     return (minlvl ** (1.0 / 2.0**j)).to(dtype=dtype, device=device)
 
@@ -141,18 +145,23 @@ def adaptation_loops(
     check_signal(x, min_samples=0, max_dim=None, allow_empty=True, name="x")
     check_rate("fs", fs)
     check_number("limit", limit)
-    check_number("minspl", minspl)
     check_number("dboffset", dboffset)
+    # minspl >= dboffset puts the minimum level at or above 1, where the output scale
+    # 100 / (1 - minlvl^(1/2^J)) divides by zero or changes sign
+    check_number("minspl", minspl, max=dboffset, max_inclusive=False, unit="dB SPL (dboffset)")
     if not torch.is_tensor(tau):
         tau = torch.as_tensor(tau, dtype=x.dtype)
     require((torch.isfinite(tau) & (tau > 0)).all(), "tau: time constants must be finite and > 0 s")
     tau = tau.to(device=x.device, dtype=x.dtype if x.is_floating_point() else torch.float32)
+    V.check_tensor("tau", tau, min_dim=1, shape="(..., J)")
     minlvl = 10.0 ** ((minspl - dboffset) / 20.0)
     a, m, s0 = adaptation_coefficients(tau, fs, limit, minlvl)
     J = tau.shape[-1]
-    lead = torch.broadcast_shapes(x.shape[:-1], a.shape[:-1])
+    lead = V.check_broadcast(("x", x.shape[:-1]), ("tau", tau.shape[:-1]))
     if state is None:
         state = s0.expand(*lead, J)
+    V.check_tensor("state", state, trailing=(J,))
+    V.check_broadcast(("x", x.shape[:-1]), ("tau", tau.shape[:-1]), ("state", state.shape[:-1]))
     if backend not in ("auto", "numba", "triton", "torch", "reference"):
         raise ValueError(
             f"backend must be 'auto' (the operator; 'numba'/'triton' name it too) or "

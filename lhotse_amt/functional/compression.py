@@ -16,7 +16,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._validation import check_level_db, check_number, check_positive_finite, check_signal, require
+from .._validation import (
+    check_broadcast,
+    check_level_db,
+    check_number,
+    check_positive_finite,
+    check_signal,
+    require,
+)
 
 __all__ = ["knee_amplitude", "broken_stick_compression", "power_compression"]
 
@@ -45,7 +52,7 @@ def broken_stick_compression(
     and one backward, :mod:`lhotse_amt.ops.compression`); ``"reference"`` (and other
     exponents) the plain-torch expression below, which defines the semantics."""
     check_signal(x, min_samples=0, min_dim=0, max_dim=None, allow_empty=True, name="x")
-    _check_exponent(exponent)
+    _check_exponent(x, exponent)
     if backend not in ("auto", "reference"):
         raise ValueError(f"backend must be 'auto' or 'reference', got {backend!r}")
     K = knee_amplitude(knee_db, dboffset)
@@ -66,15 +73,21 @@ def broken_stick_compression(
 def power_compression(x: Tensor, exponent: float | Tensor = 0.3) -> Tensor:
     """``sign(x) |x|^n`` (the derivative is unbounded at 0)."""
     check_signal(x, min_samples=0, min_dim=0, max_dim=None, allow_empty=True, name="x")
-    _check_exponent(exponent)
+    _check_exponent(x, exponent)
     return torch.sign(x) * x.abs() ** exponent
 
 
-def _check_exponent(exponent: float | Tensor) -> None:
-    """A positive finite compression exponent (a number or a floating tensor)."""
+def _check_exponent(x: Tensor, exponent: float | Tensor) -> None:
+    """A positive finite compression exponent (a number, or a floating tensor that
+    broadcasts with ``x`` to ``x``'s shape)."""
     if isinstance(exponent, Tensor):
         if not exponent.is_floating_point():
             raise ValueError(f"exponent must be a floating tensor, got dtype {exponent.dtype}")
+        if check_broadcast(("x", x.shape), ("exponent", exponent.shape)) != x.shape:
+            raise ValueError(
+                f"exponent of shape {tuple(exponent.shape)} must broadcast to the shape of x "
+                f"{tuple(x.shape)}"
+            )
         require(
             (torch.isfinite(exponent) & (exponent > 0)).all(),
             "exponent must be finite and > 0 everywhere",

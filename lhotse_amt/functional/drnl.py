@@ -61,7 +61,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._validation import check_choice, check_int, check_rate, check_signal
+from .._validation import (
+    check_choice,
+    check_frequencies,
+    check_int,
+    check_rate,
+    check_signal,
+    check_tensor,
+)
 from .butter import butter
 from .iir import resolve_backend, sosfilt
 
@@ -129,7 +136,7 @@ def drnl_parameters(fc: np.ndarray, preset: str = "jepsen2008", **overrides) -> 
         the scalar ``c`` and the integer orders.
     """
     check_choice("preset", preset, tuple(DRNL_PRESETS))
-    _check_freqs("fc", fc)
+    check_frequencies("fc", fc)
     p = dict(DRNL_PRESETS[preset])
     unknown = set(overrides) - set(p)
     if unknown:
@@ -151,16 +158,6 @@ def drnl_parameters(fc: np.ndarray, preset: str = "jepsen2008", **overrides) -> 
     return out
 
 
-def _check_freqs(name: str, f: np.ndarray | float) -> np.ndarray:
-    """``(C,)`` frequencies (Hz), finite and > 0, as a float64 array."""
-    a = np.atleast_1d(np.asarray(f, np.float64))
-    if a.ndim != 1 or a.size == 0:
-        raise ValueError(f"{name} must be a non-empty 1-D array of frequencies, got {a.shape}")
-    if not (np.isfinite(a).all() and (a > 0).all()):
-        raise ValueError(f"{name} must be finite and > 0 (Hz), got {a}")
-    return a
-
-
 def classic_gammatone_sos(f: np.ndarray, bw: np.ndarray, fs: float, order: int) -> np.ndarray:
     """``(C, order, 6)`` sections of the AMT "classic" pole-zero gammatone (module docstring).
 
@@ -170,8 +167,8 @@ def classic_gammatone_sos(f: np.ndarray, bw: np.ndarray, fs: float, order: int) 
     """
     check_rate("fs", fs)
     check_int("order", order, min=1)
-    f = _check_freqs("f", f)
-    bw = _check_freqs("bw", bw)
+    f = check_frequencies("f", f)
+    bw = check_frequencies("bw", bw)
     theta = 2.0 * np.pi * f / fs
     phi = 2.0 * np.pi * bw / fs
     alpha = -np.exp(-phi) * np.cos(theta)
@@ -187,7 +184,7 @@ def butter_lowpass_sos(cutoff: np.ndarray, fs: float, n_sections: int) -> np.nda
     """``(C, n_sections, 6)``: ``n_sections`` identical ``butter(2, cutoff / (fs/2))`` sections."""
     check_rate("fs", fs)
     check_int("n_sections", n_sections, min=1)
-    cutoff = _check_freqs("cutoff", cutoff)
+    cutoff = check_frequencies("cutoff", cutoff)
     if (cutoff >= fs / 2.0).any():
         raise ValueError(f"cutoff must lie below fs/2 = {fs / 2:g} Hz, got max {cutoff.max():g}")
     secs = [butter(2, c / (fs / 2.0), output="sos")[0] for c in cutoff]
@@ -295,6 +292,11 @@ def drnl(
     state = state or {}
     lin_sos = torch.cat([lin_gt, lin_lp], dim=-2)
     nl2_sos = torch.cat([nl_gt, nl_lp], dim=-2)
+    sections = {"lin": lin_sos, "nl1": nl_gt, "nl2": nl2_sos}
+    if not isinstance(state, dict) or set(state) - set(sections):
+        raise TypeError(f"state must be None or a dict with keys {list(sections)}, got {state!r}")
+    for k, z in state.items():
+        check_tensor(f"state[{k!r}]", z, trailing=(sections[k].shape[-2], 2))
     c_t = c if torch.is_tensor(c) else torch.tensor(float(c), dtype=lin_gain.dtype)
     be = resolve_backend(backend, x, lin_gain, lin_sos, nl_gt, nl2_sos, a, b, c_t)
     if be == "numba":

@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .._validation import check_signal
+
 __all__ = ["frame_mean"]
 
 
@@ -38,6 +40,13 @@ def frame_mean(x: Tensor, hop: int, num_frames: int, lengths: Tensor | None = No
         raise ValueError(f"hop must be an integer >= 1, got {hop!r}")
     if isinstance(num_frames, bool) or not isinstance(num_frames, int) or num_frames < 0:
         raise ValueError(f"num_frames must be an integer >= 0, got {num_frames!r}")
+    # metadata only (the extractors pool long signals through this): no scan of the values
+    check_signal(x, 0, None, name="x", allow_empty=True, finite=False)
+    if lengths is not None and not (
+        isinstance(lengths, Tensor)
+        and not (lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool)
+    ):
+        raise TypeError(f"lengths must be an integer tensor (B,) or None, got {lengths!r}")
     T = x.shape[-1]
     span = num_frames * hop
     if lengths is None:

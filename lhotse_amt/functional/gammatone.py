@@ -15,7 +15,15 @@ import math
 import torch
 from torch import Tensor
 
-from .._validation import check_rate, check_signal, require
+from .._validation import (
+    check_broadcast,
+    check_int,
+    check_positive_finite,
+    check_rate,
+    check_signal,
+    check_tensor,
+    require,
+)
 from .iir import one_pole_cascade
 
 __all__ = ["gammatone_bandwidth_factor", "gammatone_poles", "gammatone"]
@@ -23,6 +31,7 @@ __all__ = ["gammatone_bandwidth_factor", "gammatone_poles", "gammatone"]
 
 def gammatone_bandwidth_factor(n: int) -> float:
     """``beta_n`` such that the ``n``-th order gammatone has an ERB of ``beta_n b``."""
+    n = check_int("n", n, min=1)
     return math.factorial(n - 1) ** 2 / (
         math.pi * math.factorial(2 * n - 2) * 2.0 ** (-(2 * n - 2))
     )
@@ -42,6 +51,13 @@ def gammatone_poles(
     Returns:
         complex poles ``(C,)`` and real gains ``(C,)`` (0 dB at ``fc``).
     """
+    check_tensor("fc", fc)
+    check_rate("fs", fs)
+    if isinstance(erb_scale, Tensor):
+        check_tensor("erb_scale", erb_scale)
+        check_broadcast(("fc", fc.shape), ("erb_scale", erb_scale.shape))
+    else:
+        check_positive_finite("erb_scale", erb_scale)
     b = gammatone_bandwidth_factor(n) * erb_scale * (24.7 + fc / 9.265)
     decay = torch.exp(-2.0 * math.pi * b / fs)
     theta = -2.0 * math.pi * fc / fs
@@ -73,6 +89,7 @@ def gammatone(
         ``(..., C, T)`` (and the final states if ``return_state``).
     """
     check_signal(x, min_samples=0, max_dim=None, allow_empty=True, name="x")
+    check_tensor("fc", fc)
     check_rate("fs", fs)
     nyq = fs / 2.0
     require(

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._validation import check_signal
+from .._validation import check_int, check_number, check_rate, check_signal
 from .butter import butter
 from .iir import sosfilt
 
@@ -37,6 +37,9 @@ IHC_PRESETS: dict[str, tuple[float, int]] = {
 
 def ihc_lowpass_sos(fs: float, cutoff: float, order: int = 1, iterations: int = 1) -> np.ndarray:
     """SOS ``(n_sections, 6)`` of the IHC low-pass: ``iterations`` Butterworth filters in series."""
+    fs = check_rate("fs", fs)
+    cutoff = check_number("cutoff", cutoff, unit="Hz")
+    iterations = check_int("iterations", iterations, min=1)
     if not 0 < cutoff < fs / 2:
         raise ValueError(f"IHC cut-off {cutoff} Hz must lie in (0, fs/2 = {fs / 2:g} Hz)")
     sos = butter(order, cutoff / (fs / 2.0), output="sos")

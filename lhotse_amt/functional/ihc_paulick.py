@@ -73,10 +73,12 @@ import torch
 from torch import Tensor
 
 from .._validation import (
+    check_broadcast,
     check_choice,
     check_positive_finite,
     check_rate,
     check_signal,
+    check_tensor,
     require,
 )
 from .iir import resolve_backend
@@ -237,6 +239,10 @@ def ihc_paulick(
     p = dict(IHC_PAULICK_CONSTANTS)
     p.update(params or {})
     _check_fs(p, fs)
+    if check_tensor("state", state, allow_none=True) is not None:
+        lead = x.shape[:-1]
+        if check_broadcast(("x without time", lead), ("state", state.shape)) != lead:
+            raise ValueError(f"state must broadcast to {tuple(lead)}, got {tuple(state.shape)}")
     dtype = x.dtype if x.is_floating_point() else torch.float32
     p64 = {
         k: v.to(device=x.device, dtype=torch.float64)

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from .._dispatch import no_grad_kernels
-from .._validation import check_signal, require
+from .._validation import check_broadcast, check_int, check_signal, check_tensor, require
 
 __all__ = [
     "sosfilt",
@@ -100,6 +100,7 @@ def sos_to_statespace(sos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     Returns:
         ``A (..., 2S, 2S)``, ``B (..., 2S)``, ``C (..., 1, 2S)``, ``D (..., 1)``.
     """
+    _check_sos(sos)
     b0, b1, b2 = sos[..., 0], sos[..., 1], sos[..., 2]
     a1, a2 = sos[..., 4], sos[..., 5]
     S = sos.shape[-2]
@@ -151,6 +152,7 @@ def one_pole_cascade_to_statespace(
         output: ``"complex"`` gives two outputs ``(Re y, Im y)``, ``"real2"`` one output
             ``2 Re y``, ``"real"`` one output ``Re y``.
     """
+    check_int("order", order, min=1)
     if not torch.is_complex(pole):
         pole = torch.complex(pole, torch.zeros_like(pole))
     if not torch.is_complex(gain):
@@ -222,9 +224,22 @@ def lti_filter(
     Returns:
         ``y (..., q, T)`` and the state after the last sample ``(..., d)``.
     """
-    T = x.shape[-1]
+    # metadata only: the public filters that run this have checked the samples
+    check_signal(x, 0, None, name="signal x", allow_empty=True, finite=False)
+    check_tensor("A", A, min_dim=2, shape="(..., d, d)")
     d = A.shape[-1]
+    check_tensor("A", A, trailing=(d, d))
+    check_tensor("B", B, trailing=(d,))
+    check_tensor("C", C, min_dim=2, shape="(..., q, d)")
     q = C.shape[-2]
+    check_tensor("C", C, trailing=(q, d))
+    check_tensor("D", D, trailing=(q,))
+    check_tensor("state", state, trailing=(d,), allow_none=True)
+    block = check_int("block", block, min=1)
+    shapes = [("x", x.shape[:-1]), ("A", A.shape[:-2]), ("B", B.shape[:-1])]
+    shapes += [("C", C.shape[:-2]), ("D", D.shape[:-1])]
+    check_broadcast(*shapes, *([] if state is None else [("state", state.shape[:-1])]))
+    T = x.shape[-1]
     dtype = torch.promote_types(x.dtype, A.dtype)
     x = x.to(dtype)
     lead = torch.broadcast_shapes(x.shape[:-1], A.shape[:-2], B.shape[:-1], C.shape[:-2])
@@ -292,6 +307,12 @@ def _check_signal(x: Tensor) -> None:
     check_signal(x, min_samples=0, max_dim=None, allow_empty=True, name="signal x")
 
 
+def _check_sos(sos: Tensor) -> int:
+    """A real floating ``(..., S, 6)`` tensor of second-order sections; returns ``S``."""
+    check_tensor("sos", sos, min_dim=2, trailing=(6,), shape="(..., n_sections, 6)")
+    return sos.shape[-2]
+
+
 def _check_coefficients(name: str, c: Tensor, stable_poles: bool = False) -> None:
     """Finite coefficients (``stable_poles``: inside the unit circle)."""
     if not isinstance(c, Tensor):
@@ -332,16 +353,20 @@ def sosfilt(
         ``y`` of the broadcast shape ``(..., T)`` (and ``zf`` if ``return_state``).
     """
     _check_signal(x)
+    S = _check_sos(sos)
     _check_coefficients("sos", sos)
-    if sos.dim() < 2 or sos.shape[-1] != 6:
-        raise ValueError(f"sos must have shape (..., n_sections, 6), got {tuple(sos.shape)}")
-    if out_dtype is not None and not out_dtype.is_floating_point:
-        raise TypeError(f"out_dtype must be a real floating dtype, got {out_dtype}")
+    check_tensor("zi", zi, trailing=(S, 2), allow_none=True)
+    check_int("block", block, min=1)
+    lead = [("x", x.shape[:-1]), ("sos", sos.shape[:-2])]
+    check_broadcast(*lead, *([] if zi is None else [("zi", zi.shape[:-2])]))
+    if out_dtype is not None and not (
+        isinstance(out_dtype, torch.dtype) and out_dtype.is_floating_point
+    ):
+        raise TypeError(f"out_dtype must be a real floating dtype, got {out_dtype!r}")
     dtype = torch.promote_types(x.dtype, sos.dtype)
     sos = sos.to(dtype=dtype, device=x.device)
     if zi is not None:
         zi = zi.to(dtype=dtype, device=x.device)
-    S = sos.shape[-2]
     if _use_operator(backend):
         from .. import ops
 
@@ -393,6 +418,11 @@ def one_pole_cascade(
         raise ValueError(f"order must be an integer >= 1, got {order!r}")
     if output not in ("complex", "real2", "real"):
         raise ValueError(f"Unknown output {output!r}")
+    check_tensor("zi", zi, real_ok=False, complex_ok=True, trailing=(order,), allow_none=True)
+    check_int("block", block, min=1)
+    full = check_broadcast(("x", x.shape[:-1]), ("pole", pole.shape), ("gain", gain.shape))
+    if zi is not None:
+        check_broadcast(("x and coefficients", full), ("zi", zi.shape[:-1]))
     rdtype = torch.promote_types(x.dtype, pole.real.dtype if torch.is_complex(pole) else pole.dtype)
     cdtype = torch.complex128 if rdtype == torch.float64 else torch.complex64
     x = x.to(rdtype)

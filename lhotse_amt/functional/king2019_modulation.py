@@ -35,6 +35,7 @@ from .._validation import (
     check_positive_finite,
     check_rate,
     check_signal,
+    check_tensor,
 )
 from .butter import butter
 from .iir import lti_filter, resolve_backend, sosfilt
@@ -152,6 +153,8 @@ def tf_filter(
     but not bit-identical, which matters for ill-conditioned polynomials).
     """
     check_signal(x, min_samples=1, min_dim=1, max_dim=None, name="x")
+    check_tensor("b", b, min_dim=1, shape="(..., K + 1)")
+    check_tensor("a", a, min_dim=1, shape="(..., K + 1)")
     if b.shape[-1] != a.shape[-1]:
         raise ValueError("b and a must have the same number of coefficients")
     dtype = torch.promote_types(x.dtype, b.dtype)
@@ -198,6 +201,10 @@ def king2019_modulation_filterbank(
     previous call (``(..., C, M, S, 2)`` or ``(..., C, M, K)``).
     """
     check_signal(x, min_samples=1, min_dim=2, max_dim=None, name="x (..., C, T)")
+    check_tensor("sos", sos, min_dim=2, trailing=(6,), shape="(M, S, 6)", allow_none=True)
+    check_tensor("state", state, allow_none=True)
+    if sos is not None and state is not None and sos.dim() == 3:
+        check_tensor("state", state, trailing=(*sos.shape[:2], 2), shape="(..., C, M, S, 2)")
     u = x.unsqueeze(-2)
     if sos is not None and sos.dim() == 3 and resolve_backend(backend, x, sos, state) == "numba":
         from ..ops import filterbanks

@@ -36,7 +36,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._validation import check_signal
+from .._validation import (
+    check_frequencies,
+    check_int,
+    check_number,
+    check_positive_finite,
+    check_rate,
+    check_signal,
+)
 from .butter import butter
 from .iir import one_pole_cascade, resolve_backend, sosfilt
 
@@ -72,6 +79,10 @@ def modulation_center_frequencies(
     upper_factor: float = 0.25,
 ) -> np.ndarray:
     """Modulation centre frequencies (Hz) of the channel at ``fc``, band 0 (= 0 Hz) first."""
+    check_positive_finite("fc", fc)
+    # Q <= 1/2 makes the band spacing 1 - 1/(2Q) zero or negative
+    check_number("Q", Q, min=0.5, min_inclusive=False)
+    check_positive_finite("max_mfc", max_mfc)
     umf = min(upper_factor * fc, max_mfc) if use_upper_limit else max_mfc
     lin = [m for m in (5.0, 10.0) if m <= umf + 1e-12]
     den = 1.0 - 1.0 / (2.0 * Q)
@@ -144,6 +155,9 @@ def design_modulation_bank(
     """Design the filterbank for channels ``fc`` (Hz). Done once per configuration."""
     if filter_type not in ("efilt", "butterworth"):
         raise ValueError(f"filter_type must be 'efilt' or 'butterworth', got {filter_type!r}")
+    fs = check_rate("fs", fs)
+    check_int("max_bands", max_bands, min=1, allow_none=True)
+    fc = check_frequencies("fc", fc)
     if max_mfc >= fs / 2:
         raise ValueError(f"max_mfc={max_mfc} Hz must be below fs/2")
     fc = np.atleast_1d(np.asarray(fc, dtype=np.float64))
@@ -194,6 +208,7 @@ def unpad_bands(y: Tensor, counts: tuple[int, ...] | list[int]) -> list[Tensor]:
     writes the gradient of every channel and the zeros of the padding in one pass (a
     slice per channel would each fill and copy a tensor of the whole channel, and the
     channel selects then stack them)."""
+    check_signal(y, 0, None, name="y (..., C, M, T)", min_dim=3, allow_empty=True, finite=False)
     C, M = y.shape[-3], y.shape[-2]
     if len(counts) != C or any(not 0 <= int(n) <= M for n in counts):
         raise ValueError(

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._validation import check_int, check_rate, check_signal
+from .._validation import check_int, check_number, check_positive_finite, check_rate, check_signal
 
 __all__ = ["MAX_FACTOR", "kaiser_lowpass", "rational_factors", "resample_poly"]
 
@@ -43,7 +43,8 @@ def kaiser_lowpass(numtaps: int, cutoff: float, beta: float, fs: float = 2.0) ->
         fs: sampling rate (default 2: ``cutoff`` relative to the Nyquist frequency).
     """
     numtaps = check_int("numtaps", numtaps, min=1)
-    c = float(cutoff) / (0.5 * float(fs))
+    beta = check_number("beta", beta, min=0.0)
+    c = check_number("cutoff", cutoff) / (0.5 * check_positive_finite("fs", fs))
     if not 0.0 < c < 1.0:
         raise ValueError(f"cutoff must lie in (0, fs / 2), got {cutoff!r} with fs {fs!r}")
     if numtaps == 1:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .._validation import check_preset
+from .._validation import check_bool, check_dtype, check_number, check_preset, check_rate
 from ..functional.adaptation import ADAPTATION_PRESETS, adaptation_loops
 from ._common import register_coefficients
 
@@ -41,13 +41,20 @@ class AdaptationLoops(nn.Module):
     ) -> None:
         super().__init__()
         p = ADAPTATION_PRESETS[check_preset("adaptation preset", preset, ADAPTATION_PRESETS)]
-        self.fs = float(fs)
+        self.fs = check_rate("fs", fs)
         self.preset = preset
-        self.limit = float(p["limit"] if limit is None else limit)
-        self.minspl = float(p["minspl"] if minspl is None else minspl)
-        self.dboffset = float(dboffset)
-        t = torch.as_tensor(p["tau"] if tau is None else tau, dtype=dtype)
-        if t.dim() != 1 or (t <= 0).any():
+        self.limit = check_number("limit", p["limit"] if limit is None else limit)
+        self.dboffset = check_number("dboffset", dboffset)
+        self.minspl = check_number(
+            "minspl",
+            p["minspl"] if minspl is None else minspl,
+            max=self.dboffset,
+            max_inclusive=False,
+            unit="dB SPL (dboffset)",
+        )
+        check_bool("learnable", learnable)
+        t = torch.as_tensor(p["tau"] if tau is None else tau, dtype=check_dtype("dtype", dtype))
+        if t.dim() != 1 or t.numel() == 0 or not bool(torch.isfinite(t).all() & (t > 0).all()):
             raise ValueError("tau must be a 1-D sequence of positive time constants (s)")
         register_coefficients(self, learnable, tau=t)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from .._validation import check_dtype, check_positive_finite
 from ..functional.compression import broken_stick_compression, knee_amplitude, power_compression
 from ._common import register_coefficients
 
@@ -35,9 +36,13 @@ class BrokenStickCompression(nn.Module):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
+        knee_amplitude(knee_db, dboffset)  # checks both levels
         self.knee_db = float(knee_db)
         self.dboffset = float(dboffset)
-        register_coefficients(self, learnable, exponent=torch.tensor(float(exponent), dtype=dtype))
+        n = check_positive_finite("exponent", exponent)
+        register_coefficients(
+            self, learnable, exponent=torch.tensor(n, dtype=check_dtype("dtype", dtype))
+        )
 
     @property
     def knee(self) -> float:
@@ -59,7 +64,10 @@ class PowerCompression(nn.Module):
         self, exponent: float = 0.3, learnable: bool = False, dtype: torch.dtype = torch.float32
     ) -> None:
         super().__init__()
-        register_coefficients(self, learnable, exponent=torch.tensor(float(exponent), dtype=dtype))
+        n = check_positive_finite("exponent", exponent)
+        register_coefficients(
+            self, learnable, exponent=torch.tensor(n, dtype=check_dtype("dtype", dtype))
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         return power_compression(x, self.exponent)

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._validation import check_preset
+from .._validation import check_band, check_int, check_kwargs, check_preset, check_rate
 from ..functional.drnl import DRNL_PRESETS, design_drnl, drnl
 from ..functional.erb import erb_to_freq, erbspacebw, freq_to_erb
 from ._common import ChannelBank, register_coefficients
@@ -64,14 +64,13 @@ class DRNLFilterbank(ChannelBank):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        self.fs = float(fs)
+        self.fs = check_rate("fs", fs)
         self.preset = check_preset("DRNL preset", preset, DRNL_PRESETS)
+        params = check_kwargs("params", params)
         if fc is None:
-            if not 0 < flow < fhigh:
-                raise ValueError(f"need 0 < flow < fhigh, got flow={flow}, fhigh={fhigh}")
+            check_band(flow, fhigh)
             if n_channels is not None:
-                if int(n_channels) < 1:
-                    raise ValueError("n_channels must be >= 1")
+                check_int("n_channels", n_channels, min=1)
                 e = np.linspace(freq_to_erb(flow), freq_to_erb(fhigh), int(n_channels))
                 fcs = erb_to_freq(e) if n_channels > 1 else np.array([float(flow)])
             else:
@@ -83,7 +82,7 @@ class DRNLFilterbank(ChannelBank):
                 f"DRNL channels reach {fcs.max():.1f} Hz, above the Nyquist frequency "
                 f"fs/2 = {fs / 2:g} Hz: lower fhigh or raise the sampling rate"
             )
-        d = design_drnl(fs, fcs, preset, **(params or {}))
+        d = design_drnl(fs, fcs, preset, **params)
         self.c_exponent = d.c
         self.register_buffer("fc", torch.as_tensor(fcs, dtype=dtype))
         # fixed coefficients stay float64 (float32 rounding moves the low-frequency poles by

@@ -5,6 +5,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .._validation import (
+    check_bool,
+    check_dtype,
+    check_frequencies,
+    check_int,
+    check_positive_finite,
+    check_rate,
+)
 from ..functional.erb import erbspacebw
 from ..functional.gammatone import gammatone
 from ._common import ChannelBank, register_coefficients
@@ -43,12 +51,15 @@ class GammatoneFilterbank(ChannelBank):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        self.fs = float(fs)
-        self.n = int(n)
+        self.fs = check_rate("fs", fs)
+        self.n = check_int("n", n, min=1)
+        check_positive_finite("erb_scale", erb_scale)
+        check_bool("learnable", learnable)
+        check_dtype("dtype", dtype)
         if fc is None:
             fcs = erbspacebw(flow, fhigh, bwmul, basef)
         else:
-            fcs = torch.as_tensor(fc, dtype=torch.float64).numpy()
+            fcs = check_frequencies("fc", fc.detach().cpu() if torch.is_tensor(fc) else fc)
         if (fcs >= fs / 2).any():
             raise ValueError(
                 f"filterbank channels reach {fcs.max():.1f} Hz, above the Nyquist frequency "

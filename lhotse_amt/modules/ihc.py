@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .._validation import check_preset
+from .._validation import check_bool, check_dtype, check_int, check_preset
 from ..functional.ihc import IHC_PRESETS, ihc_envelope, ihc_lowpass_sos
 from ._common import register_coefficients
 
@@ -39,16 +39,23 @@ class IHCEnvelope(nn.Module):
     ) -> None:
         super().__init__()
         pc, pit = IHC_PRESETS[check_preset("IHC method", method, IHC_PRESETS)]
+        self.order = check_int("order", order, min=1)
+        self.learnable = check_bool("learnable", learnable)
+        self.dtype = check_dtype("dtype", dtype)
+        # the design checks fs, cutoff and iterations
+        sos = torch.as_tensor(
+            ihc_lowpass_sos(
+                fs,
+                pc if cutoff is None else cutoff,
+                order,
+                pit if iterations is None else iterations,
+            ),
+            dtype=dtype,
+        )
         self.fs = float(fs)
         self.method = method
         self.cutoff = float(pc if cutoff is None else cutoff)
-        self.order = int(order)
         self.iterations = int(pit if iterations is None else iterations)
-        self.learnable = bool(learnable)
-        self.dtype = dtype
-        sos = torch.as_tensor(
-            ihc_lowpass_sos(fs, self.cutoff, self.order, self.iterations), dtype=dtype
-        )
         register_coefficients(self, learnable, sos=sos)
 
     def _one_lowpass(self, part: slice) -> Tensor:

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .._validation import check_number, check_rate
 from ..functional.king2019_modulation import (
     king2019_modulation_filterbank,
     king2019_modulation_frequencies,
@@ -125,7 +126,8 @@ class ButterworthFilter(nn.Module):
         super().__init__()
         from ..functional.butter import butter
 
-        if not 0 < fc < fs / 2:
+        fs = check_rate("fs", fs)
+        if not 0 < check_number("fc", fc, unit="Hz") < fs / 2:
             raise ValueError(f"cut-off {fc} Hz must lie in (0, fs/2 = {fs / 2:g} Hz)")
         self.fs, self.fc, self.order, self.btype = float(fs), float(fc), int(order), btype
         sos = torch.as_tensor(

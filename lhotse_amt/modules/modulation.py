@@ -150,7 +150,7 @@ class ModulationFilterbank(ChannelBank):
         return self._bank(x, None, False, channels=True)
 
     def _bank(self, x: Tensor, state: dict | None, return_state: bool, channels: bool) -> Any:
-        if x.shape[-2] != self.num_channels:
+        if x.dim() >= 2 and x.shape[-2] != self.num_channels:  # x's rank: the functional
             raise ValueError(
                 f"expected {self.num_channels} auditory channels on dim -2, got {x.shape[-2]}"
             )

@@ -1,0 +1,165 @@
+"""Bad constructor and forward arguments of the lhotse_amt.modules classes raise
+TypeError or ValueError naming the argument (not a module that computes nonsense)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lhotse_amt import modules as M
+
+X = torch.randn(2, 200)
+
+
+def _drnl() -> M.DRNLFilterbank:
+    return M.DRNLFilterbank(16000.0, flow=500.0, fhigh=1000.0)
+
+
+CASES = {
+    "GammatoneFilterbank fs bool": (TypeError, "fs", lambda: M.GammatoneFilterbank(True, fc=[0.2])),
+    "GammatoneFilterbank fs nan": (ValueError, "fs", lambda: M.GammatoneFilterbank(float("nan"))),
+    "GammatoneFilterbank n float": (TypeError, "n", lambda: M.GammatoneFilterbank(16e3, n=2.5)),
+    "GammatoneFilterbank n 0": (ValueError, "n", lambda: M.GammatoneFilterbank(16e3, n=0)),
+    "GammatoneFilterbank erb_scale negative": (
+        ValueError,
+        "erb_scale",
+        lambda: M.GammatoneFilterbank(16e3, erb_scale=-1.0),
+    ),
+    "GammatoneFilterbank fc empty": (ValueError, "fc", lambda: M.GammatoneFilterbank(16e3, fc=[])),
+    "GammatoneFilterbank fc negative": (
+        ValueError,
+        "fc",
+        lambda: M.GammatoneFilterbank(16e3, fc=[-100.0]),
+    ),
+    "GammatoneFilterbank fc 2-d": (
+        ValueError,
+        "fc",
+        lambda: M.GammatoneFilterbank(16e3, fc=[[100.0, 200.0]]),
+    ),
+    "GammatoneFilterbank learnable str": (
+        TypeError,
+        "learnable",
+        lambda: M.GammatoneFilterbank(16e3, learnable="no"),
+    ),
+    "GammatoneFilterbank dtype int": (
+        ValueError,
+        "dtype",
+        lambda: M.GammatoneFilterbank(16e3, dtype=torch.int64),
+    ),
+    "AdaptationLoops fs str": (TypeError, "fs", lambda: M.AdaptationLoops("16000")),
+    "AdaptationLoops fs 0": (ValueError, "fs", lambda: M.AdaptationLoops(0.0)),
+    "AdaptationLoops tau nan": (
+        ValueError,
+        "tau",
+        lambda: M.AdaptationLoops(16e3, tau=[float("nan")]),
+    ),
+    "AdaptationLoops tau empty": (ValueError, "tau", lambda: M.AdaptationLoops(16e3, tau=[])),
+    "AdaptationLoops limit bool": (TypeError, "limit", lambda: M.AdaptationLoops(16e3, limit=True)),
+    "AdaptationLoops limit nan": (
+        ValueError,
+        "limit",
+        lambda: M.AdaptationLoops(16e3, limit=float("nan")),
+    ),
+    "AdaptationLoops minspl above dboffset": (
+        ValueError,
+        "minspl",
+        lambda: M.AdaptationLoops(16e3, minspl=120.0),
+    ),
+    "IHCEnvelope fs bool": (TypeError, "fs", lambda: M.IHCEnvelope(True, cutoff=0.1)),
+    "IHCEnvelope cutoff str": (TypeError, "cutoff", lambda: M.IHCEnvelope(16e3, cutoff="1000")),
+    "IHCEnvelope order float": (TypeError, "order", lambda: M.IHCEnvelope(16e3, order=2.5)),
+    "IHCEnvelope iterations 0": (
+        ValueError,
+        "iterations",
+        lambda: M.IHCEnvelope(16e3, iterations=0),
+    ),
+    "IHCEnvelope iterations float": (
+        TypeError,
+        "iterations",
+        lambda: M.IHCEnvelope(16e3, iterations=2.5),
+    ),
+    "IHCEnvelope dtype int": (ValueError, "dtype", lambda: M.IHCEnvelope(16e3, dtype=torch.int64)),
+    "DRNLFilterbank fs str": (TypeError, "fs", lambda: M.DRNLFilterbank("16000")),
+    "DRNLFilterbank n_channels float": (
+        TypeError,
+        "n_channels",
+        lambda: M.DRNLFilterbank(16e3, n_channels=2.5),
+    ),
+    "DRNLFilterbank n_channels bool": (
+        TypeError,
+        "n_channels",
+        lambda: M.DRNLFilterbank(16e3, n_channels=True),
+    ),
+    "DRNLFilterbank flow str": (TypeError, "flow", lambda: M.DRNLFilterbank(16e3, flow="100")),
+    "DRNLFilterbank params list": (TypeError, "params", lambda: M.DRNLFilterbank(16e3, params=[1])),
+    "DRNLFilterbank state shape": (
+        ValueError,
+        "state",
+        lambda: _drnl()(X, {"lin": torch.zeros(3)}),
+    ),
+    "DRNLFilterbank reference state shape": (
+        ValueError,
+        "state",
+        lambda: _drnl()(X, {"lin": torch.zeros(3)}, backend="torch"),
+    ),
+    "DRNLFilterbank state list": (TypeError, "state", lambda: _drnl()(X, [1])),
+    "DRNLFilterbank state unknown key": (
+        TypeError,
+        "state",
+        lambda: _drnl()(X, {"foo": torch.zeros(3)}),
+    ),
+    "BrokenStickCompression knee_db str": (
+        TypeError,
+        "knee_db",
+        lambda: M.BrokenStickCompression(knee_db="30"),
+    ),
+    "BrokenStickCompression exponent negative": (
+        ValueError,
+        "exponent",
+        lambda: M.BrokenStickCompression(exponent=-1.0),
+    ),
+    "BrokenStickCompression dboffset nan": (
+        ValueError,
+        "dboffset",
+        lambda: M.BrokenStickCompression(dboffset=float("nan")),
+    ),
+    "PowerCompression exponent bool": (
+        TypeError,
+        "exponent",
+        lambda: M.PowerCompression(exponent=True),
+    ),
+    "PowerCompression dtype int": (
+        ValueError,
+        "dtype",
+        lambda: M.PowerCompression(dtype=torch.int64),
+    ),
+    "ModulationFilterbank fs str": (
+        TypeError,
+        "fs",
+        lambda: M.ModulationFilterbank("16000", fc=[1000.0]),
+    ),
+    "ModulationFilterbank fc empty": (
+        ValueError,
+        "fc",
+        lambda: M.ModulationFilterbank(16e3, fc=[]),
+    ),
+    "ModulationFilterbank x 1-d": (
+        ValueError,
+        "dimensions",
+        lambda: M.ModulationFilterbank(16e3, fc=[1000.0])(torch.randn(100)),
+    ),
+    "ButterworthFilter fs bool": (TypeError, "fs", lambda: M.ButterworthFilter(True, 0.1)),
+    "ButterworthFilter fc str": (TypeError, "fc", lambda: M.ButterworthFilter(16e3, "3")),
+    "IHCPaulick2024 state shape": (
+        ValueError,
+        "state",
+        lambda: M.IHCPaulick2024(16e3)(torch.randn(2, 50), torch.zeros(3)),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_argument_names_it(case: str) -> None:
+    error, name, call = CASES[case]
+    with pytest.raises(error, match=name):
+        call()
