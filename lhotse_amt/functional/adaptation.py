@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from .. import _validation as V
-from .._validation import check_number, check_rate, check_signal, require
+from .._validation import check_bool, check_number, check_rate, check_signal, require
 
 __all__ = [
     "ADAPTATION_PRESETS",
@@ -142,6 +142,7 @@ def adaptation_loops(
     Returns:
         ``(..., T)`` in model units (and the final states if ``return_state``).
     """
+    return_state = check_bool("return_state", return_state)
     check_signal(x, min_samples=0, max_dim=None, allow_empty=True, name="x")
     check_rate("fs", fs)
     check_number("limit", limit)

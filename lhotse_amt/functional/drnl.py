@@ -62,6 +62,7 @@ import torch
 from torch import Tensor
 
 from .._validation import (
+    check_bool,
     check_choice,
     check_frequencies,
     check_int,
@@ -287,6 +288,7 @@ def drnl(
     Returns:
         ``(..., C, T)`` basilar-membrane velocity (and the new state dict).
     """
+    return_state = check_bool("return_state", return_state)
     check_signal(x, min_samples=0, min_dim=1, max_dim=None, allow_empty=True, name="DRNL input x")
     check_choice("backend", backend, ("auto", "numba", "torch"))
     state = state or {}

@@ -269,6 +269,7 @@ def fir_filter(
     Returns:
         ``y (..., T)`` (and the state).
     """
+    return_state = check_bool("return_state", return_state)
     check_signal(x, min_samples=0, min_dim=1, max_dim=None, allow_empty=True, name="x")
     check_signal(h, min_samples=1, min_dim=1, max_dim=1, name="FIR taps h")
     N = h.shape[-1]

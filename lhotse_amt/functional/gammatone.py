@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from .._validation import (
+    check_bool,
     check_broadcast,
     check_int,
     check_positive_finite,
@@ -88,6 +89,7 @@ def gammatone(
     Returns:
         ``(..., C, T)`` (and the final states if ``return_state``).
     """
+    return_state = check_bool("return_state", return_state)
     check_signal(x, min_samples=0, max_dim=None, allow_empty=True, name="x")
     check_tensor("fc", fc)
     check_rate("fs", fs)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._validation import check_int, check_number, check_rate, check_signal
+from .._validation import check_bool, check_int, check_number, check_rate, check_signal
 from .butter import butter
 from .iir import sosfilt
 
@@ -61,5 +61,6 @@ def ihc_envelope(
         sos: low-pass sections from :func:`ihc_lowpass_sos` (``(S, 6)`` or per channel).
         state: sosfilt states ``(..., S, 2)`` for streaming.
     """
+    return_state = check_bool("return_state", return_state)
     check_signal(x, min_samples=0, max_dim=None, allow_empty=True, name="x")
     return sosfilt(torch.relu(x), sos, state, return_state=return_state, backend=backend)

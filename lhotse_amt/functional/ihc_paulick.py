@@ -73,6 +73,7 @@ import torch
 from torch import Tensor
 
 from .._validation import (
+    check_bool,
     check_broadcast,
     check_choice,
     check_positive_finite,
@@ -233,6 +234,7 @@ def ihc_paulick(
     Returns:
         ``(..., T)`` (and the final state ``(...)`` if ``return_state``).
     """
+    return_state = check_bool("return_state", return_state)
     check_signal(x, min_samples=1, min_dim=1, max_dim=None, name="IHC input x")
     check_positive_finite("precharge_duration", precharge_duration)
     check_choice("backend", backend, ("auto", "numba", "triton", "torch", "reference"))

@@ -39,7 +39,14 @@ import torch
 from torch import Tensor
 
 from .._dispatch import no_grad_kernels
-from .._validation import check_broadcast, check_int, check_signal, check_tensor, require
+from .._validation import (
+    check_bool,
+    check_broadcast,
+    check_int,
+    check_signal,
+    check_tensor,
+    require,
+)
 
 __all__ = [
     "sosfilt",
@@ -352,6 +359,7 @@ def sosfilt(
     Returns:
         ``y`` of the broadcast shape ``(..., T)`` (and ``zf`` if ``return_state``).
     """
+    return_state = check_bool("return_state", return_state)
     _check_signal(x)
     S = _check_sos(sos)
     _check_coefficients("sos", sos)
@@ -411,7 +419,10 @@ def one_pole_cascade(
     Returns:
         ``y (..., T)`` (complex for ``output="complex"``), and the state if requested.
     """
+    return_state = check_bool("return_state", return_state)
     _check_signal(x)
+    for name, c in (("pole", pole), ("gain", gain)):
+        check_tensor(name, c, complex_ok=True)
     _check_coefficients("pole", pole, stable_poles=True)
     _check_coefficients("gain", gain)
     if isinstance(order, bool) or not isinstance(order, int) or order < 1:

@@ -152,6 +152,7 @@ def tf_filter(
     ``"torch"`` the chunked state-space evaluation (differentiable; mathematically equal
     but not bit-identical, which matters for ill-conditioned polynomials).
     """
+    return_state = check_bool("return_state", return_state)
     check_signal(x, min_samples=1, min_dim=1, max_dim=None, name="x")
     check_tensor("b", b, min_dim=1, shape="(..., K + 1)")
     check_tensor("a", a, min_dim=1, shape="(..., K + 1)")
@@ -200,6 +201,7 @@ def king2019_modulation_filterbank(
     close to ``z = 1``); the output has ``x``'s dtype. ``state``: the filter states of a
     previous call (``(..., C, M, S, 2)`` or ``(..., C, M, K)``).
     """
+    return_state = check_bool("return_state", return_state)
     check_signal(x, min_samples=1, min_dim=2, max_dim=None, name="x (..., C, T)")
     check_tensor("sos", sos, min_dim=2, trailing=(6,), shape="(M, S, 6)", allow_none=True)
     check_tensor("state", state, allow_none=True)

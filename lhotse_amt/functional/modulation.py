@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from .._validation import (
+    check_bool,
     check_frequencies,
     check_int,
     check_number,
@@ -376,6 +377,7 @@ def modulation_filterbank(
         ``(..., C, M, T)`` with zeros in padded bands, or with ``channels`` the list of
         ``C`` channels (and the new state).
     """
+    return_state = check_bool("return_state", return_state)
     check_signal(x, min_samples=0, min_dim=2, max_dim=None, allow_empty=True, name="x (..., C, T)")
     if poles.dim() != 3 or poles.shape[0] != x.shape[-2]:
         raise ValueError(

@@ -236,6 +236,27 @@ CASES = {
         "state",
         lambda: P.ihc_paulick(torch.randn(2, 50), 16000.0, state=torch.zeros(3)),
     ),
+    "one_pole_cascade pole int": (
+        TypeError,
+        "pole",
+        lambda: iir.one_pole_cascade(X, torch.tensor([0]), torch.tensor([1.0])),
+    ),
+    "one_pole_cascade gain int": (
+        TypeError,
+        "gain",
+        lambda: iir.one_pole_cascade(X, POLE, torch.tensor([1])),
+    ),
+}
+# a string or a number for return_state would be read by truthiness ("no" is true)
+CASES |= {
+    f"{name} return_state str": (TypeError, "return_state", call)
+    for name, call in {
+        "sosfilt": lambda: iir.sosfilt(X, SOS, return_state="no"),
+        "one_pole_cascade": lambda: iir.one_pole_cascade(X, POLE, POLE, return_state="no"),
+        "ihc_envelope": lambda: ihc.ihc_envelope(X, SOS, return_state=1),
+        "adaptation_loops": lambda: A.adaptation_loops(X, 16000.0, return_state="no"),
+        "gammatone": lambda: G.gammatone(X[:1], FC, 16000.0, return_state="no"),
+    }.items()
 }
 
 
