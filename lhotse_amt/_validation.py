@@ -42,6 +42,7 @@ __all__ = [
     "check_number",
     "check_positive_finite",
     "check_preset",
+    "check_real_array",
     "check_rate",
     "check_signal",
     "check_str",
@@ -182,17 +183,42 @@ def check_band(
     return a, b
 
 
+def check_real_array(
+    name: str,
+    value: Any,
+    *,
+    min: float | None = None,
+    min_inclusive: bool = True,
+    unit: str = "",
+) -> np.ndarray:
+    """Real numbers (a number, sequence, numpy array or tensor) as a float64 array of the
+    same shape, every one finite and ``>= min`` (``> min`` without ``min_inclusive``).
+    ``TypeError`` for strings, bools, complex or ragged values, ``ValueError`` for others."""
+    if isinstance(value, Tensor):
+        value = value.detach().cpu().numpy()
+    try:
+        a = np.asarray(value)
+    except ValueError:  # ragged sequences
+        a = np.asarray(None)
+    if a.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be real numbers, got {value!r} ({_type_name(value)})")
+    a = a.astype(np.float64)
+    bad = ~np.isfinite(a)
+    if min is not None:
+        bad |= a < min if min_inclusive else a <= min
+    if bad.any():
+        lo = "" if min is None else f" and {'>=' if min_inclusive else '>'} {min:g}"
+        u = f" {unit}" if unit else ""
+        raise ValueError(f"{name} must be finite{lo}{u}, got {a[bad][:4]}")
+    return a
+
+
 def check_frequencies(name: str, f: Any) -> np.ndarray:
     """``(C,)`` frequencies in Hz (a number, sequence or array), non-empty, finite and
     ``> 0``; returns them as a 1-D float64 array."""
-    try:
-        a = np.atleast_1d(np.asarray(f, np.float64))
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be frequencies in Hz (numbers), got {f!r}") from None
+    a = np.atleast_1d(check_real_array(name, f, min=0.0, min_inclusive=False, unit="Hz"))
     if a.ndim != 1 or a.size == 0:
         raise ValueError(f"{name} must be a non-empty 1-D array of frequencies, got {a.shape}")
-    if not (np.isfinite(a).all() and (a > 0).all()):
-        raise ValueError(f"{name} must be finite and > 0 (Hz), got {a}")
     return a
 
 
@@ -410,12 +436,13 @@ def check_tensor(
     complex_ok: bool = False,
     trailing: tuple[int, ...] = (),
     min_dim: int = 0,
+    max_dim: int | None = None,
     shape: str = "",
     allow_none: bool = False,
 ) -> Tensor | None:
     """A coefficient or state tensor: real floating (``real_ok``) or complex (``complex_ok``)
-    dtype, at least ``min_dim`` dimensions and the last axes of sizes ``trailing``
-    (``shape`` describes the expected shape in the message). ``TypeError`` for another
+    dtype, at least ``min_dim`` (at most ``max_dim``) dimensions and the last axes of sizes
+    ``trailing`` (``shape`` describes the expected shape in the message). ``TypeError`` for another
     type or dtype (integer and bool tensors included), ``ValueError`` for another shape;
     the values are not read (no data-dependent check)."""
     if value is None and allow_none:
@@ -427,7 +454,8 @@ def check_tensor(
     if not ((real_ok and value.is_floating_point()) or (complex_ok and value.is_complex())):
         raise TypeError(f"{name} must be a {' or '.join(kinds)} tensor, got dtype {value.dtype}")
     n = len(trailing)
-    if value.dim() < max(min_dim, n) or tuple(value.shape[value.dim() - n :]) != trailing:
+    bad_dim = value.dim() < max(min_dim, n) or (max_dim is not None and value.dim() > max_dim)
+    if bad_dim or tuple(value.shape[value.dim() - n :]) != trailing:
         want = shape or f"(..., {', '.join(map(str, trailing))})"
         raise ValueError(f"{name} must have shape {want}, got {tuple(value.shape)}")
     return value

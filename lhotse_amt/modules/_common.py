@@ -8,6 +8,8 @@ from typing import TypeVar
 
 from torch import Tensor, nn
 
+from .._validation import check_bool
+
 __all__ = ["ChannelBank", "extends_parent_signature", "register_coefficients"]
 
 _T = TypeVar("_T", bound=type)
@@ -18,7 +20,8 @@ def register_coefficients(
 ) -> None:
     """Register each of ``tensors`` on ``module`` under its keyword: an ``nn.Parameter``
     with ``learnable`` (trained with the model), else a buffer (moves with ``.to()``; in
-    the ``state_dict`` if ``persistent``)."""
+    the ``state_dict`` if ``persistent``). ``learnable`` must be True or False."""
+    learnable = check_bool("learnable", learnable)
     for name, t in tensors.items():
         if learnable:
             setattr(module, name, nn.Parameter(t))

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .._validation import check_number, check_rate
+from .._validation import check_bool, check_choice, check_dtype, check_int, check_number, check_rate
 from ..functional.king2019_modulation import (
     king2019_modulation_filterbank,
     king2019_modulation_frequencies,
@@ -64,9 +64,10 @@ class King2019ModulationFilterbank(nn.Module):
         amt_coefficients: bool = False,
     ) -> None:
         super().__init__()
-        if form not in ("sos", "tf"):
-            raise ValueError(f"form must be 'sos' or 'tf', got {form!r}")
-        self.fs = float(fs)
+        check_choice("form", form, ("sos", "tf"))
+        check_dtype("dtype", dtype)
+        check_bool("amt_coefficients", amt_coefficients)
+        self.fs = check_rate("fs", fs)
         self.form = form
         self.qfactor = float(qfactor)
         mfc = king2019_modulation_frequencies(mflow, mfhigh, qfactor, nmod)
@@ -129,7 +130,10 @@ class ButterworthFilter(nn.Module):
         fs = check_rate("fs", fs)
         if not 0 < check_number("fc", fc, unit="Hz") < fs / 2:
             raise ValueError(f"cut-off {fc} Hz must lie in (0, fs/2 = {fs / 2:g} Hz)")
-        self.fs, self.fc, self.order, self.btype = float(fs), float(fc), int(order), btype
+        order = check_int("order", order, min=1)
+        check_choice("btype", btype, ("low", "lowpass", "high", "highpass"))
+        check_dtype("dtype", dtype)
+        self.fs, self.fc, self.order, self.btype = float(fs), float(fc), order, btype
         sos = torch.as_tensor(
             butter(order, fc / (fs / 2), btype, output="sos"), dtype=torch.float64
         )
@@ -180,9 +184,7 @@ class FastKing2019ModulationFilterbank(King2019ModulationFilterbank):
         form: str = "sos",
         amt_coefficients: bool = False,
     ) -> None:
-        r = ir_length_ratio
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 < r <= 1.0:
-            raise ValueError(f"ir_length_ratio must be a number in (0, 1], got {r!r}")
+        r = check_number("ir_length_ratio", ir_length_ratio, min=0.0, max=1.0, min_inclusive=False)
         super().__init__(
             fs,
             mflow,
@@ -194,7 +196,7 @@ class FastKing2019ModulationFilterbank(King2019ModulationFilterbank):
             form=form,
             amt_coefficients=amt_coefficients,
         )
-        self.ir_length_ratio = float(r)
+        self.ir_length_ratio = r
 
     @property
     def sos_stack(self) -> Tensor:

@@ -17,7 +17,16 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .._validation import check_bool, check_choice, check_number, check_positive_finite
+from .._validation import (
+    check_bool,
+    check_choice,
+    check_dtype,
+    check_frequencies,
+    check_number,
+    check_positive_finite,
+    check_real_array,
+    check_tensor,
+)
 from ..functional import loudness as L
 from ._common import register_coefficients
 
@@ -56,13 +65,12 @@ class OuterMiddleEarFilter(nn.Module):
         super().__init__()
         if taps is None:
             taps = L.loudness_tables()["ff_32000"]
-        taps = np.asarray(taps, dtype=np.float64)
+        check_dtype("dtype", dtype)
+        taps = check_real_array("ear filter taps", taps)
         if taps.ndim != 1 or len(taps) % 2 == 0:
             raise ValueError(
                 f"ear filter taps must be a 1-D array of odd length, got shape {taps.shape}"
             )
-        if not np.isfinite(taps).all():
-            raise ValueError("ear filter taps must be finite (no NaN or inf)")
         _buffer(self, "fir", taps, dtype)
 
     @property
@@ -105,7 +113,8 @@ class MultiResolutionSpectrum(nn.Module):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        check_choice("variant", variant, ("gm2002", "moore2016"))
+        check_choice("variant", variant, L.VARIANTS)
+        check_dtype("dtype", dtype)
         self.variant = variant
         self.prune = check_bool("prune", prune)
         self.floor = check_number("floor", floor, min=0.0)
@@ -147,7 +156,19 @@ class MultiResolutionSpectrum(nn.Module):
 
 
 def _gather_cols(m: Tensor, cols: Tensor | None) -> Tensor:
-    return m if cols is None else m[cols]
+    """Rows ``cols`` of ``m`` (all rows for ``None``); ``cols`` a 1-D integer tensor."""
+    if cols is None:
+        return m
+    if (
+        not isinstance(cols, Tensor)
+        or cols.dim() != 1
+        or cols.dtype not in (torch.int64, torch.int32)
+    ):
+        got = (
+            f"{cols.dtype} {tuple(cols.shape)}" if isinstance(cols, Tensor) else type(cols).__name__
+        )
+        raise TypeError(f"cols must be a 1-D int64/int32 tensor of bin indices or None, got {got}")
+    return m[cols]
 
 
 class ERBIntegration(nn.Module):
@@ -167,10 +188,12 @@ class ERBIntegration(nn.Module):
 
     def __init__(self, fc: np.ndarray, variant: str, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
-        mats = L.excitation_matrices(np.asarray(fc, dtype=np.float64), variant)
+        check_dtype("dtype", dtype)
+        fc = check_frequencies("fc", fc)
+        mats = L.excitation_matrices(fc, variant)
         self.variant = variant
         self.per_channel = variant == "gm2002"
-        self.fc_hz = np.asarray(fc, dtype=np.float64)
+        self.fc_hz = fc
         _buffer(self, "level", mats.level, dtype)
 
     @property
@@ -213,7 +236,9 @@ class ExcitationPattern(nn.Module):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        fc = np.asarray(fc, dtype=np.float64)
+        check_dtype("dtype", dtype)
+        check_bool("with_level", with_level)
+        fc = check_frequencies("fc", fc)
         mats = L.excitation_matrices(fc, variant)
         self.variant = variant
         self.per_channel = variant == "gm2002"
@@ -230,13 +255,14 @@ class ExcitationPattern(nn.Module):
             if self.erb_integration is None:
                 raise ValueError("level_db is required (this stage has no erb_integration)")
             level_db = self.erb_integration(intensity, cols)
+        upper = _gather_cols(self.upper, cols)
         n_below = self.n_below
         if cols is not None:
             n_below = np.searchsorted(cols.cpu().numpy(), n_below)
         e = L.excitation_pattern(
             intensity,
             level_db,
-            _gather_cols(self.upper, cols),
+            upper,
             _gather_cols(self.lower_h, cols),
             n_below,
             self.per_channel,
@@ -277,7 +303,8 @@ class SpecificLoudness(nn.Module):
         check_choice("high_level", high_level, ("mgb1997", "moore2016"))
         check_choice("lowest_channel", lowest_channel, ("zero", "extrapolate"))
         c = check_positive_finite("c", c)
-        fc = np.asarray(fc, dtype=np.float64)
+        check_dtype("dtype", dtype)
+        fc = check_frequencies("fc", fc)
         self.high_level = high_level
         self.lowest_channel = lowest_channel
         prm = L.specific_loudness_params(fc, "extrapolate")
@@ -369,6 +396,7 @@ class LoudnessIntegration(nn.Module):
         return 2.0 if self.diotic else 1.0
 
     def forward(self, specific_loudness: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        check_tensor("specific_loudness", specific_loudness, min_dim=2, shape="(..., F, C)")
         inst = self.ears * specific_loudness.sum(-1) / 4.0
         stl = self.stl_agc(inst)
         return inst, stl, self.ltl_agc(stl)
@@ -403,6 +431,7 @@ class BinauralInhibition(nn.Module):
         super().__init__()
         self.sigma = check_positive_finite("sigma", sigma)
         p = check_positive_finite("p", p)
+        check_dtype("dtype", dtype)
         _buffer(self, "smooth", L.binaural_smoothing_matrix(n_channels, self.sigma, step), dtype)
         register_coefficients(self, learnable, persistent=False, p=torch.tensor(p, dtype=dtype))
 

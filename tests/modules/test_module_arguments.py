@@ -3,12 +3,15 @@ TypeError or ValueError naming the argument (not a module that computes nonsense
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from lhotse_amt import modules as M
 
 X = torch.randn(2, 200)
+#: centre frequencies (Hz) of eight loudness channels, 1.75 ... 3.5 Cam
+LOUD_FC = [55.6, 64.2, 73.1, 82.3, 91.8, 101.6, 111.7, 122.1]
 
 
 def _drnl() -> M.DRNLFilterbank:
@@ -150,6 +153,176 @@ CASES = {
     ),
     "ButterworthFilter fs bool": (TypeError, "fs", lambda: M.ButterworthFilter(True, 0.1)),
     "ButterworthFilter fc str": (TypeError, "fc", lambda: M.ButterworthFilter(16e3, "3")),
+    "ButterworthFilter order float": (
+        TypeError,
+        "order",
+        lambda: M.ButterworthFilter(16e3, 3.0, order=2.5),
+    ),
+    "ButterworthFilter order bool": (
+        TypeError,
+        "order",
+        lambda: M.ButterworthFilter(16e3, 3.0, order=True),
+    ),
+    "ButterworthFilter btype band": (
+        ValueError,
+        "btype",
+        lambda: M.ButterworthFilter(16e3, 3.0, btype="band"),
+    ),
+    "ButterworthFilter dtype int": (
+        ValueError,
+        "dtype",
+        lambda: M.ButterworthFilter(16e3, 3.0, dtype=torch.int64),
+    ),
+    "ButterworthFilter learnable str": (
+        TypeError,
+        "learnable",
+        lambda: M.ButterworthFilter(16e3, 3.0, learnable="no"),
+    ),
+    "FastKing2019ModulationFilterbank ir_length_ratio str": (
+        TypeError,
+        "ir_length_ratio",
+        lambda: M.FastKing2019ModulationFilterbank(16e3, ir_length_ratio="0.5"),
+    ),
+    "FastKing2019ModulationFilterbank dtype int": (
+        ValueError,
+        "dtype",
+        lambda: M.FastKing2019ModulationFilterbank(16e3, dtype=torch.int64),
+    ),
+    "FastKing2019ModulationFilterbank amt_coefficients str": (
+        TypeError,
+        "amt_coefficients",
+        lambda: M.FastKing2019ModulationFilterbank(16e3, form="tf", amt_coefficients="no"),
+    ),
+    "FastKing2019ModulationFilterbank form int": (
+        TypeError,
+        "form",
+        lambda: M.FastKing2019ModulationFilterbank(16e3, form=1),
+    ),
+    "FastKing2019ModulationFilterbank learnable str": (
+        TypeError,
+        "learnable",
+        lambda: M.FastKing2019ModulationFilterbank(16e3, learnable="no"),
+    ),
+    "OuterMiddleEarFilter taps str": (
+        TypeError,
+        "taps",
+        lambda: M.OuterMiddleEarFilter("abc"),
+    ),
+    "OuterMiddleEarFilter taps bool": (
+        TypeError,
+        "taps",
+        lambda: M.OuterMiddleEarFilter(np.array([True, False, True])),
+    ),
+    "OuterMiddleEarFilter dtype int": (
+        ValueError,
+        "dtype",
+        lambda: M.OuterMiddleEarFilter(dtype=torch.int64),
+    ),
+    "MultiResolutionSpectrum dtype int": (
+        ValueError,
+        "dtype",
+        lambda: M.MultiResolutionSpectrum("gm2002", dtype=torch.int32),
+    ),
+    "MultiResolutionSpectrum n_frames float": (
+        TypeError,
+        "n_frames",
+        lambda: M.MultiResolutionSpectrum("gm2002")(torch.randn(1, 3000), 0, 0, 2.5),
+    ),
+    "ERBIntegration fc negative": (
+        ValueError,
+        "fc",
+        lambda: M.ERBIntegration([-100.0], "gm2002"),
+    ),
+    "ERBIntegration fc str": (TypeError, "fc", lambda: M.ERBIntegration("abc", "gm2002")),
+    "ERBIntegration dtype int": (
+        ValueError,
+        "dtype",
+        lambda: M.ERBIntegration(LOUD_FC, "gm2002", torch.int64),
+    ),
+    "ERBIntegration cols float": (
+        TypeError,
+        "cols",
+        lambda: M.ERBIntegration(LOUD_FC, "gm2002")(torch.rand(2, 3), torch.tensor([1.0, 2, 3])),
+    ),
+    "ERBIntegration 959 bins": (
+        ValueError,
+        "level",
+        lambda: M.ERBIntegration(LOUD_FC, "gm2002")(torch.rand(2, 959)),
+    ),
+    "ExcitationPattern with_level str": (
+        TypeError,
+        "with_level",
+        lambda: M.ExcitationPattern(LOUD_FC, "gm2002", with_level="no"),
+    ),
+    "ExcitationPattern fc nan": (
+        ValueError,
+        "fc",
+        lambda: M.ExcitationPattern([float("nan")], "gm2002"),
+    ),
+    "ExcitationPattern cols list": (
+        TypeError,
+        "cols",
+        lambda: M.ExcitationPattern(LOUD_FC, "gm2002")(
+            torch.rand(2, 3), torch.zeros(2, 8), [1, 2, 3]
+        ),
+    ),
+    "SpecificLoudness fc empty": (ValueError, "fc", lambda: M.SpecificLoudness([], 0.05)),
+    "SpecificLoudness learnable str": (
+        TypeError,
+        "learnable",
+        lambda: M.SpecificLoudness(LOUD_FC, 0.05, learnable="no"),
+    ),
+    "SpecificLoudness dtype int": (
+        ValueError,
+        "dtype",
+        lambda: M.SpecificLoudness(LOUD_FC, 0.05, dtype=torch.int64),
+    ),
+    "SpecificLoudness e channels": (
+        ValueError,
+        "e must",
+        lambda: M.SpecificLoudness(LOUD_FC, 0.05)(torch.rand(2, 7)),
+    ),
+    "SpecificLoudness e int": (
+        TypeError,
+        "e must",
+        lambda: M.SpecificLoudness(LOUD_FC, 0.05)(torch.ones(2, 8, dtype=torch.int64)),
+    ),
+    "LoudnessIntegration specific_loudness int": (
+        TypeError,
+        "specific_loudness",
+        lambda: M.LoudnessIntegration(0.5, 0.5, 0.5, 0.5)(torch.ones(3, 8, dtype=torch.int64)),
+    ),
+    "LoudnessIntegration specific_loudness 1-d": (
+        ValueError,
+        "specific_loudness",
+        lambda: M.LoudnessIntegration(0.5, 0.5, 0.5, 0.5)(torch.ones(8)),
+    ),
+    "BinauralInhibition n_channels 0": (ValueError, "n_channels", lambda: M.BinauralInhibition(0)),
+    "BinauralInhibition n_channels float": (
+        TypeError,
+        "n_channels",
+        lambda: M.BinauralInhibition(2.5),
+    ),
+    "BinauralInhibition step negative": (
+        ValueError,
+        "step",
+        lambda: M.BinauralInhibition(8, step=-0.25),
+    ),
+    "BinauralInhibition learnable str": (
+        TypeError,
+        "learnable",
+        lambda: M.BinauralInhibition(8, learnable="no"),
+    ),
+    "BinauralInhibition dtype int": (
+        ValueError,
+        "dtype",
+        lambda: M.BinauralInhibition(8, dtype=torch.int64),
+    ),
+    "BinauralInhibition channels": (
+        ValueError,
+        "smooth",
+        lambda: M.BinauralInhibition(8)(torch.rand(2, 7), torch.rand(2, 7)),
+    ),
     "IHCPaulick2024 state shape": (
         ValueError,
         "state",

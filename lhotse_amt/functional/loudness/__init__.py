@@ -51,6 +51,7 @@ from .scales import (
     roex_p,
 )
 from .spectrum import (
+    VARIANTS,
     WINDOW_LENGTHS,
     autocorr_basis,
     band_plan,
@@ -83,6 +84,7 @@ __all__ = [
     "P1000",
     "SLOPE_BETA",
     "SpecificLoudnessParams",
+    "VARIANTS",
     "WINDOW_LENGTHS",
     "agc",
     "agc_reference",

@@ -16,6 +16,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..._validation import (
+    check_bool,
+    check_broadcast,
+    check_choice,
+    check_frequencies,
+    check_positive_finite,
+    check_tensor,
+)
 from .scales import bin_hz, loudness_tables, roex, roex_p
 
 __all__ = [
@@ -70,9 +78,8 @@ def excitation_matrices(fc: np.ndarray, variant: str) -> ExcitationMatrices:
     model (the level, excitation and fast excitation stages each ask for them): they are
     read-only arrays; copy before changing one.
     """
-    if variant not in ("moore2016", "component", "gm2002"):
-        raise ValueError(f"variant must be 'moore2016', 'component' or 'gm2002', got {variant!r}")
-    fc = np.ascontiguousarray(fc, dtype=np.float64)
+    check_choice("variant", variant, ("moore2016", "component", "gm2002"))
+    fc = np.ascontiguousarray(check_frequencies("fc", fc))
     return _excitation_matrices(fc.tobytes(), variant)
 
 
@@ -102,6 +109,17 @@ def _excitation_matrices(fc_bytes: bytes, variant: str) -> ExcitationMatrices:
     for a in (level, upper, lower_h, n_below):
         a.flags.writeable = False
     return ExcitationMatrices(level, upper, lower_h, n_below)
+
+
+def _check_matrix(name: str, m: Tensor, x: Tensor, x_name: str = "intensity") -> None:
+    """``m`` a ``(K, n)`` tensor of ``x``'s dtype, ``K`` the last axis of ``x (..., K)``."""
+    check_tensor(x_name, x, min_dim=1, shape="(..., K)")
+    check_tensor(name, m, min_dim=2, max_dim=2, shape="(K, C)")
+    if m.shape[0] != x.shape[-1] or m.dtype != x.dtype:
+        raise ValueError(
+            f"{name} {tuple(m.shape)} ({m.dtype}) must have as many rows as {x_name} "
+            f"{tuple(x.shape)} has components, and its dtype ({x.dtype})"
+        )
 
 
 def _lower_branch(
@@ -147,6 +165,7 @@ def erb_level_db(intensity: Tensor, level: Tensor) -> Tensor:
     ``intensity (..., K)`` re (20 µPa)²; ``level`` of :class:`ExcitationMatrices` ``(K, K)`` (at
     the components) or ``(K, C)`` (at the channel centres).
     """
+    _check_matrix("level", level, intensity)
     return 10.0 * torch.log10((intensity @ level).clamp_min(1e-30))
 
 
@@ -167,6 +186,17 @@ def excitation_pattern(
     other arguments are those of :class:`ExcitationMatrices` (as tensors, possibly restricted to
     a subset of bins, then ``intensity`` holds the same subset).
     """
+    _check_matrix("upper", upper, intensity)
+    _check_matrix("lower_h", lower_h, intensity)
+    if lower_h.shape != upper.shape or len(n_below) != upper.shape[1]:
+        raise ValueError(
+            f"upper {tuple(upper.shape)}, lower_h {tuple(lower_h.shape)} and n_below "
+            f"({len(n_below)},) must have the same channels C"
+        )
+    per_channel = check_bool("per_channel", per_channel)
+    check_tensor("level_db", level_db)
+    n = upper.shape[1] if per_channel else intensity.shape[-1]
+    check_broadcast(("level_db", level_db.shape), ("intensity", (*intensity.shape[:-1], n)))
     s = 1.0 - SLOPE_BETA * (level_db - 51.0)
     return intensity @ upper + _lower_branch(intensity, s, lower_h, n_below, per_channel)
 
@@ -194,6 +224,13 @@ def excitation_moore2016(
         ``(E, any_kept)``: excitation ``(..., F, C)`` and a ``(..., F)`` mask of frames with at
         least one kept component (the specific loudness is 0 elsewhere).
     """
+    check_tensor("intensity", intensity, min_dim=1, shape="(..., K)")
+    if not (isinstance(keep, Tensor) and keep.dtype == torch.bool):
+        raise TypeError(f"keep must be a bool tensor, got {getattr(keep, 'dtype', type(keep))}")
+    if keep.shape != intensity.shape:
+        raise ValueError(
+            f"keep {tuple(keep.shape)} must have the shape of intensity {tuple(intensity.shape)}"
+        )
     i_kept = torch.where(keep, intensity, torch.zeros_like(intensity))
     x_db = erb_level_db(i_kept, level)
     e = excitation_pattern(i_kept, x_db, upper, lower_h, n_below)
@@ -301,10 +338,9 @@ def specific_loudness_params(
     ``a_outside``: ``"extrapolate"`` (MATLAB ``interp1(..., 'pchip')``) or ``"nan"`` (GNU Octave,
     as in the AMT reference run: the channel gets A = NaN and its specific loudness is set to 0).
     """
-    if a_outside not in ("extrapolate", "nan"):
-        raise ValueError(f"a_outside must be 'extrapolate' or 'nan', got {a_outside!r}")
+    check_choice("a_outside", a_outside, ("extrapolate", "nan"))
+    fc = check_frequencies("fc", fc)
     t = loudness_tables()
-    fc = np.asarray(fc, dtype=np.float64)
     thr = np.interp(fc, t["threshold_freq_hz"], t["threshold_excitation_db"])
     thr = np.where(fc < 500.0, thr, 3.63)
     g_db = 3.63 - thr
@@ -329,8 +365,22 @@ def specific_loudness(
       ``C (E / 1.04e6)^0.5`` (``"mgb1997"``, as in Glasberg & Moore 2002).
 
     Args:
-        e: ``(..., C)``; params: tensors of shape ``(C,)``; c: the constant ``C``.
+        e: ``(..., C)`` (float32/float64); params: tensors of shape ``(C,)``; c: the constant
+            ``C`` (a number > 0 or a tensor).
     """
+    check_choice("high_level", high_level, ("moore2016", "mgb1997"))
+    if not isinstance(params, SpecificLoudnessParams):
+        raise TypeError(f"params must be a SpecificLoudnessParams, got {type(params).__name__}")
+    if isinstance(c, Tensor):
+        check_tensor("c", c)
+    else:
+        check_positive_finite("c", c)
+    n_ch = check_tensor("params.g", params.g, min_dim=1, max_dim=1, shape="(C,)").shape
+    for k in ("a", "alpha", "e_thrq"):
+        check_tensor(f"params.{k}", getattr(params, k), trailing=n_ch, max_dim=1, shape="(C,)")
+    check_tensor("e", e, trailing=n_ch, shape=f"(..., {n_ch[0]})")
+    if e.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"e must be float32 or float64 (1e10 overflows {e.dtype}), got {e.dtype}")
     g, a, alpha, thr = params.g, params.a, params.alpha, params.e_thrq
     core = (g * e + a) ** alpha - a**alpha
     n1 = c * core
@@ -339,8 +389,6 @@ def specific_loudness(
     e_hi = torch.where(big, e, torch.full_like(e, 1e10))
     if high_level == "moore2016":
         n3 = c * (e_hi / 1.0707) ** 0.2
-    elif high_level == "mgb1997":
-        n3 = c * (e_hi / 1.04e6) ** 0.5
     else:
-        raise ValueError(f"high_level must be 'moore2016' or 'mgb1997', got {high_level!r}")
+        n3 = c * (e_hi / 1.04e6) ** 0.5
     return torch.where(e > thr, torch.where(big, n3, n1), n2)

@@ -16,8 +16,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..._serial import all_finite
-from ..._validation import check_level_db, check_rate, check_signal, require
+from ..._validation import (
+    check_int,
+    check_level_db,
+    check_rate,
+    check_real_array,
+    check_signal,
+)
 
 __all__ = [
     "FS",
@@ -59,28 +64,31 @@ def loudness_tables() -> dict[str, np.ndarray]:
 
 
 def cam_to_hz(cam: np.ndarray | float) -> np.ndarray:
-    """Frequency (Hz) of ERB-number ``cam``: ``(10**(cam / 21.366) - 1) / 0.004368``."""
-    return (10.0 ** (np.asarray(cam, dtype=np.float64) / 21.366) - 1.0) / 0.004368
+    """Frequency (Hz) of ERB-number ``cam`` (finite, >= 0):
+    ``(10**(cam / 21.366) - 1) / 0.004368``."""
+    return (10.0 ** (check_real_array("cam", cam, min=0.0, unit="Cam") / 21.366) - 1.0) / 0.004368
 
 
 def hz_to_cam(f: np.ndarray | float) -> np.ndarray:
-    """ERB-number (Cam) of frequency ``f`` (Hz): ``21.366 log10(0.004368 f + 1)``."""
-    return 21.366 * np.log10(0.004368 * np.asarray(f, dtype=np.float64) + 1.0)
+    """ERB-number (Cam) of frequency ``f`` (Hz, finite, >= 0): ``21.366 log10(0.004368 f + 1)``."""
+    return 21.366 * np.log10(0.004368 * check_real_array("f", f, min=0.0, unit="Hz") + 1.0)
 
 
 def erb_hz(f: np.ndarray | float) -> np.ndarray:
-    """Equivalent rectangular bandwidth (Hz) at ``f`` (Glasberg & Moore 1990)."""
-    return 24.673 * (0.004368 * np.asarray(f, dtype=np.float64) + 1.0)
+    """Equivalent rectangular bandwidth (Hz) at ``f`` (Hz, finite, >= 0; Glasberg & Moore
+    1990)."""
+    return 24.673 * (0.004368 * check_real_array("f", f, min=0.0, unit="Hz") + 1.0)
 
 
 def roex_p(f: np.ndarray | float) -> np.ndarray:
     """Roex slope parameter ``p = 4 f / ERB(f)`` (upper slope; lower slope at 51 dB/ERB)."""
-    f = np.asarray(f, dtype=np.float64)
+    f = check_real_array("f", f, min=0.0, unit="Hz")
     return 4.0 * f / erb_hz(f)
 
 
 def roex(u: np.ndarray) -> np.ndarray:
-    """Rounded-exponential weight ``(1 + u) exp(-u)`` at ``u = p |g|``."""
+    """Rounded-exponential weight ``(1 + u) exp(-u)`` at ``u = p |g|`` (finite, >= 0)."""
+    u = check_real_array("u", u, min=0.0)
     return (1.0 + u) * np.exp(-u)
 
 
@@ -102,20 +110,11 @@ def pa_from_full_scale(x: Tensor, full_scale_db_spl: float) -> Tensor:
 
 
 def check_pressure_signal(x: Tensor, what: str, min_samples: int) -> None:
-    """Raise ``ValueError`` for non-finite or too-short signals (time on the last axis)."""
-    if not torch.is_floating_point(x):
-        raise ValueError(f"{what}: expected a floating-point tensor (pascals), got {x.dtype}")
-    if x.shape[-1] < min_samples:
-        raise ValueError(
-            f"{what}: need at least {min_samples} samples on the last (time) axis, "
-            f"got {x.shape[-1]}"
-        )
-    if x.numel() == 0:
-        raise ValueError(f"{what}: empty batch (shape {tuple(x.shape)})")
-    if torch.compiler.is_compiling():
-        require(torch.isfinite(x).all(), f"{what}: input contains NaN or inf")
-    elif not all_finite(x):  # numpy on this thread for CPU tensors (no parallel region)
-        raise ValueError(f"{what}: input contains NaN or inf")
+    """Raise ``TypeError`` for a non-tensor, ``ValueError`` for a non-floating, 0-d, empty,
+    non-finite or too-short signal (time on the last axis, at least ``min_samples``
+    samples); ``what`` names it in the messages."""
+    check_int("min_samples", min_samples, min=0)
+    check_signal(x, min_samples, max_dim=None, name=what)
 
 
 def resample_to_32k(x: Tensor, fs: float) -> Tensor:

@@ -13,10 +13,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..._validation import check_signal
+from ..._validation import (
+    check_choice,
+    check_int,
+    check_number,
+    check_signal,
+    check_tensor,
+)
 from .scales import BIN_HZ, HOP, N_BINS, N_FFT, P0
 
 __all__ = [
+    "VARIANTS",
     "WINDOW_LENGTHS",
     "fir_filter_full",
     "band_plan",
@@ -30,6 +37,10 @@ __all__ = [
 
 #: analysis window lengths (samples at 32 kHz): 64, 32, 16, 8, 4, 2 ms
 WINDOW_LENGTHS = (2048, 1024, 512, 256, 128, 64)
+#: band plans (``variant`` of :func:`band_plan`, :func:`dft_bases`, ...)
+VARIANTS = ("moore2016", "gm2002")
+#: signal dtypes of the spectrum functions (torch.fft and the bases' products)
+FLOATS = (torch.float32, torch.float64)
 
 
 def fir_filter_full(x: Tensor, h: Tensor) -> Tensor:
@@ -43,7 +54,7 @@ def fir_filter_full(x: Tensor, h: Tensor) -> Tensor:
         ``(..., N + M - 1)``. For the symmetric 4097-tap ear filters, output index ``m``
         corresponds to input time ``m - 2048`` (zero-phase filtering).
     """
-    check_signal(x, min_samples=1, min_dim=1, max_dim=None, name="x")
+    check_signal(x, min_samples=1, min_dim=1, max_dim=None, name="x", dtypes=FLOATS)
     check_signal(h, min_samples=1, min_dim=1, max_dim=1, name="FIR taps h")
     n = x.shape[-1] + h.shape[-1] - 1
     nfft = 1 << (n - 1).bit_length()
@@ -60,6 +71,7 @@ def band_plan(variant: str) -> list[np.ndarray]:
     ``"gm2002"``: half-open frequency bands [10, 80), [80, 500), [500, 1250), [1250, 2540),
     [2540, 4050), [4050, 15001) Hz (Glasberg & Moore 2002, Sec. 2.2).
     """
+    check_choice("variant", variant, VARIANTS)
     if variant == "moore2016":
         lim = [int(f / BIN_HZ) + 1 for f in (20, 80, 500, 1250, 2540, 4050, 15000)]  # 1-based
         out = []
@@ -73,13 +85,14 @@ def band_plan(variant: str) -> list[np.ndarray]:
         k = np.arange(1, N_FFT // 2)
         f = k * BIN_HZ
         return [k[(f >= edges[i]) & (f < edges[i + 1])] for i in range(6)]
-    raise ValueError(f"unknown band plan {variant!r}")
+    raise AssertionError(variant)  # pragma: no cover (checked above)
 
 
 def window_and_scale(variant: str, i: int) -> tuple[np.ndarray, float]:
     """Hann window of the ``i``-th analysis window and the factor giving intensities re
-    (20 µPa)² (see :func:`dft_bases`)."""
-    length = WINDOW_LENGTHS[i]
+    (20 µPa)² (see :func:`dft_bases`); ``i`` in 0 … 5."""
+    check_choice("variant", variant, VARIANTS)
+    length = WINDOW_LENGTHS[check_int("i", i, min=0, max=len(WINDOW_LENGTHS) - 1)]
     if variant == "moore2016":
         return np.hanning(length), (2.0 / N_FFT) * math.sqrt(10.0**0.332 * 2.0**i / 2.0) / P0
     w = 0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(length) / length)
@@ -119,6 +132,9 @@ def frame_span(z: Tensor, t0: int, j_first: int, n_frames: int) -> tuple[Tensor,
         ``(zp, base)``: ``zp (..., M')`` holds input times ``[32 j_first - 1024, 32 (j_first +
         n_frames - 1) + 1024)`` and ``base`` is the index in ``zp`` of the first of them.
     """
+    check_signal(z, 0, None, name="z", allow_empty=True, finite=False)
+    t0, j_first = check_int("t0", t0), check_int("j_first", j_first)
+    n_frames = check_int("n_frames", n_frames, min=1)
     t_lo = HOP * j_first - 1024  # first input time needed
     t_hi = HOP * (j_first + n_frames - 1) + 1024  # one past the last input time needed
     cut_l = max(0, t_lo - t0)
@@ -156,6 +172,13 @@ def multires_intensity(
         Component intensities re (20 µPa)² on bins 1 … 960, shape ``(..., F, 960)``
         (and the autocorrelation, see ``return_autocorr``).
     """
+    check_signal(z, 0, None, name="z", allow_empty=True, finite=False, dtypes=FLOATS)
+    for i, (length, bins, basis) in enumerate(bases):
+        check_tensor(f"bases[{i}] basis", basis, trailing=(length, 2 * len(bins)), max_dim=2)
+        if basis.dtype != z.dtype:
+            raise TypeError(f"bases[{i}] basis has dtype {basis.dtype}, z has {z.dtype}")
+    n = WINDOW_LENGTHS[-1]
+    check_tensor("return_autocorr", return_autocorr, trailing=(n,), max_dim=1, allow_none=True)
     lead = z.shape[:-1]
     zp, base = frame_span(z, t0, j_first, n_frames)
     parts = []
@@ -223,6 +246,12 @@ def prune_components(intensity: Tensor, floor: float = 1000.0, rel: float = 1e-6
 
     Per ear and frame, a component is kept if its intensity exceeds ``max(I_max, floor) * rel``
     (at most 60 dB below the strongest component, and above -30 dB SPL).
+    ``intensity (..., K)``, ``K >= 1``; ``floor >= 0``, ``rel > 0``.
     """
+    check_tensor("intensity", intensity, min_dim=1, shape="(..., K)")
+    if intensity.shape[-1] == 0:
+        raise ValueError(f"intensity has no components (shape {tuple(intensity.shape)})")
+    check_number("floor", floor, min=0.0)
+    check_number("rel", rel, min=0.0, min_inclusive=False)
     mx = intensity.amax(dim=-1, keepdim=True).clamp_min(floor)
     return intensity > mx * rel

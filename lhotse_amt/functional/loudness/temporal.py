@@ -13,7 +13,16 @@ import torch
 from torch import Tensor
 
 from ..._dispatch import kernel_device, no_grad_kernels
-from ..._validation import check_choice, check_int, check_number, check_signal, require
+from ..._validation import (
+    check_broadcast,
+    check_choice,
+    check_int,
+    check_number,
+    check_positive_finite,
+    check_signal,
+    check_tensor,
+    require,
+)
 
 __all__ = [
     "AGC_BACKENDS",
@@ -153,7 +162,11 @@ def binaural_smoothing_matrix(
 
     Weights ``exp(-(sigma g)^2)``, ``g = -18 … 18`` Cam in ``step`` steps, normalised to unit sum,
     applied as the central part of a full convolution over the ``n_channels`` channels.
+    ``n_channels >= 1``; ``sigma`` (1/Cam) and ``step`` (Cam) finite and > 0.
     """
+    n_channels = check_int("n_channels", n_channels, min=1)
+    check_positive_finite("sigma", sigma)
+    check_positive_finite("step", step)
     g = np.arange(-18.0, 18.0 + step / 2, step)
     w = np.exp(-((sigma * g) ** 2))
     w = w / w.sum()
@@ -168,8 +181,31 @@ def binaural_smoothing_matrix(
 
 
 def log_sech(x: Tensor) -> Tensor:
-    """``log sech(x)`` for ``x >= 0``, stable for large ``x``."""
+    """``log sech(x)`` for ``x >= 0`` (a floating-point tensor), stable for large ``x``."""
+    check_tensor("x", x)
     return math.log(2.0) - x - torch.log1p(torch.exp(-2.0 * x))
+
+
+def _check_binaural_args(
+    s_left: Tensor, s_right: Tensor, smooth: Tensor, p: Tensor | float
+) -> None:
+    """``s_left``/``s_right`` floating ``(..., C)`` tensors that broadcast, ``smooth`` a
+    ``(C, C)`` floating tensor, ``p`` a number > 0 or a floating tensor broadcasting with
+    them (metadata only: the values are not read)."""
+    check_tensor("s_left", s_left, min_dim=1, shape="(..., C)")
+    check_tensor("s_right", s_right, min_dim=1, shape="(..., C)")
+    if s_left.dtype != s_right.dtype:
+        raise TypeError(
+            f"s_left and s_right must have one dtype, got {s_left.dtype}, {s_right.dtype}"
+        )
+    c = s_left.shape[-1]
+    check_tensor("smooth", smooth, trailing=(c, c), max_dim=2, shape=f"(C, C) = ({c}, {c})")
+    if isinstance(p, Tensor):
+        check_tensor("p", p)
+        check_broadcast(("s_left", s_left.shape), ("s_right", s_right.shape), ("p", p.shape))
+    else:
+        check_positive_finite("p", p)
+        check_broadcast(("s_left", s_left.shape), ("s_right", s_right.shape))
 
 
 def binaural_inhibition_reference(
@@ -181,6 +217,8 @@ def binaural_inhibition_reference(
     returns the inhibited specific loudness ``(S_L / I_L, S_R / I_R)``, shapes ``(..., C)``.
     Plain torch (differentiable in every input and ``p``).
     """
+    _check_binaural_args(s_left, s_right, smooth, p)
+    smooth = smooth.to(s_left.dtype)
     sl = s_left @ smooth + 1e-13
     sr = s_right @ smooth + 1e-13
     inh_l = 2.0 / (1.0 + torch.exp(p * log_sech(sr / sl)))
@@ -196,10 +234,16 @@ def binaural_inhibition(
     Eager CPU calls without gradient run
     :func:`lhotse_amt.ops.loudness_fast.binaural_inhibition_fast` (equal ears skip the
     smoothing, other inputs take one compiled pass; same values to ~2 ulp); everything else,
-    including ``torch.compile``/``torch.export`` tracing, the plain-torch reference.
+    including ``torch.compile``/``torch.export`` tracing, ears of different shapes, a ``p``
+    of several elements and dtypes other than float32/float64, the plain-torch reference.
     """
-    if s_left.device.type == "cpu" and no_grad_kernels(
-        s_left, s_right, *((p,) if torch.is_tensor(p) else ())
+    _check_binaural_args(s_left, s_right, smooth, p)
+    if (
+        s_left.shape == s_right.shape
+        and (not torch.is_tensor(p) or p.numel() == 1)
+        and s_left.dtype in (torch.float32, torch.float64)
+        and s_left.device.type == "cpu"
+        and no_grad_kernels(s_left, s_right, *((p,) if torch.is_tensor(p) else ()))
     ):
         from ...ops.loudness_fast import binaural_inhibition_fast
 
