@@ -171,6 +171,20 @@ def _gather_cols(m: Tensor, cols: Tensor | None) -> Tensor:
     return m[cols]
 
 
+def _excitation_design(
+    module: nn.Module, fc: np.ndarray, variant: str, dtype: torch.dtype
+) -> L.ExcitationMatrices:
+    """Checks ``fc`` and ``dtype``, sets ``module``'s ``variant``, ``per_channel`` (the
+    per-channel level of ``"gm2002"``) and ``fc_hz`` and returns the roex matrices
+    (:func:`lhotse_amt.functional.loudness.excitation_matrices`) of :class:`ERBIntegration`
+    and :class:`ExcitationPattern`."""
+    check_dtype("dtype", dtype)
+    module.fc_hz = check_frequencies("fc", fc)
+    module.variant = variant
+    module.per_channel = variant == "gm2002"
+    return L.excitation_matrices(module.fc_hz, variant)
+
+
 class ERBIntegration(nn.Module):
     """Input level per ERB (dB) that sets the lower roex slopes (Glasberg & Moore 2002,
     Sec. 2.3; Cambridge 2016 code).
@@ -188,12 +202,7 @@ class ERBIntegration(nn.Module):
 
     def __init__(self, fc: np.ndarray, variant: str, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
-        check_dtype("dtype", dtype)
-        fc = check_frequencies("fc", fc)
-        mats = L.excitation_matrices(fc, variant)
-        self.variant = variant
-        self.per_channel = variant == "gm2002"
-        self.fc_hz = fc
+        mats = _excitation_design(self, fc, variant, dtype)
         _buffer(self, "level", mats.level, dtype)
 
     @property
@@ -236,13 +245,9 @@ class ExcitationPattern(nn.Module):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        check_dtype("dtype", dtype)
         check_bool("with_level", with_level)
-        fc = check_frequencies("fc", fc)
-        mats = L.excitation_matrices(fc, variant)
-        self.variant = variant
-        self.per_channel = variant == "gm2002"
-        self.fc_hz = fc
+        mats = _excitation_design(self, fc, variant, dtype)
+        fc = self.fc_hz
         self.n_below = tuple(int(v) for v in mats.n_below)  # constants for torch.compile
         _buffer(self, "upper", mats.upper, dtype)
         _buffer(self, "lower_h", mats.lower_h, dtype)
