@@ -461,11 +461,27 @@ def check_tensor(
     return value
 
 
+def _broadcast_ints(shapes: list[tuple[int, ...]]) -> torch.Size:
+    # numpy's broadcasting rule on plain ints: torch.broadcast_shapes imports its symbolic
+    # shape machinery (sympy, ~0.2 CPU-s) at its first call, which a first extract would pay
+    out = [1] * max((len(s) for s in shapes), default=0)
+    for s in shapes:
+        for j, d in enumerate(s, len(out) - len(s)):
+            if d != 1:
+                if out[j] not in (1, d):
+                    raise RuntimeError("shapes do not broadcast")
+                out[j] = d
+    return torch.Size(out)
+
+
 def check_broadcast(*shapes: tuple[str, tuple[int, ...]]) -> torch.Size:
     """The broadcast of the named shapes ``(name, shape)``; ``ValueError`` listing them all
     where they do not broadcast (rather than torch's message without argument names)."""
+    dims = [tuple(s) for _, s in shapes]
     try:
-        return torch.broadcast_shapes(*(s for _, s in shapes))
+        if torch.compiler.is_compiling() or not all(type(d) is int for s in dims for d in s):
+            return torch.broadcast_shapes(*dims)  # symbolic sizes while tracing
+        return _broadcast_ints(dims)
     except RuntimeError:
         listed = ", ".join(f"{name} {tuple(s)}" for name, s in shapes)
         raise ValueError(f"shapes do not broadcast: {listed}") from None

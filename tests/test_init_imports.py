@@ -42,7 +42,8 @@ import json, sys
 import numpy as np
 from lhotse.features.base import FEATURE_EXTRACTORS
 import lhotse_amt
-heavy = ("scipy.signal", "scipy.interpolate", "scipy.fft", "scipy.stats", "matplotlib", "triton")
+heavy = ("scipy.signal", "scipy.interpolate", "scipy.fft", "scipy.stats", "matplotlib", "triton",
+         "sympy")
 found = {}
 for name in sorted(k for k in FEATURE_EXTRACTORS if k.startswith("amt-")):
     ex = FEATURE_EXTRACTORS[name]()
@@ -57,7 +58,8 @@ print(json.dumps(found))
 def test_first_extracts_import_no_heavy_modules() -> None:
     # the extractors' default configurations design and run their filters without
     # scipy.signal / scipy.interpolate / scipy.fft (each a third to a whole CPU-second to
-    # import at a first extract), and CPU extraction never imports Triton
+    # import at a first extract), and CPU extraction never imports Triton, nor sympy (torch's
+    # symbolic shapes, ~0.2 CPU-s, which torch.broadcast_shapes imports at its first call)
     out = subprocess.run(
         [sys.executable, "-c", _EXTRACT], capture_output=True, text=True, check=True, timeout=1800
     )
