@@ -6,7 +6,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._validation import check_band, check_int, check_kwargs, check_preset, check_rate
+from .._validation import (
+    check_band,
+    check_dtype,
+    check_int,
+    check_kwargs,
+    check_preset,
+    check_rate,
+)
 from ..functional.drnl import DRNL_PRESETS, design_drnl, drnl
 from ..functional.erb import erb_to_freq, erbspacebw, freq_to_erb
 from ._common import ChannelBank, register_coefficients
@@ -64,6 +71,7 @@ class DRNLFilterbank(ChannelBank):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
+        check_dtype("dtype", dtype)
         self.fs = check_rate("fs", fs)
         self.preset = check_preset("DRNL preset", preset, DRNL_PRESETS)
         params = check_kwargs("params", params)

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .._validation import check_dtype
 from ..functional.ear import (
     COMPENSATIONS,
     fir_block_length,
@@ -50,6 +51,7 @@ class EarFIRFilter(nn.Module):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
+        check_dtype("dtype", dtype)
         if compensation not in COMPENSATIONS:
             raise ValueError(f"compensation must be one of {COMPENSATIONS}, got {compensation!r}")
         self.compensation = compensation

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from .._validation import check_dtype
 from ..functional.ihc_paulick import (
     IHC_PAULICK_CONSTANTS,
     ihc_paulick,
@@ -43,6 +44,7 @@ class IHCPaulick2024(nn.Module):
         constants: dict[str, float] | None = None,
     ) -> None:
         super().__init__()
+        check_dtype("dtype", dtype)
         self.fs = float(fs)
         self.learnable = learnable
         self.dtype = dtype

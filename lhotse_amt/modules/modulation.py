@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._validation import check_preset
+from .._validation import check_dtype, check_preset
 from ..functional.modulation import (
     MODULATION_PRESETS,
     design_modulation_bank,
@@ -59,6 +59,7 @@ class ModulationFilterbank(ChannelBank):
         max_bands: int | None = None,
     ) -> None:
         super().__init__()
+        check_dtype("dtype", dtype)
         if preset is not None:
             check_preset("modulation preset", preset, MODULATION_PRESETS)
         base = dict(MODULATION_PRESETS[preset or "dau1997"])
