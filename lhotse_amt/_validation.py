@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "FLOAT_DTYPES",
     "MAX_SAMPLING_RATE",
     "as_float_tensor",
     "check_band",
@@ -36,6 +37,7 @@ __all__ = [
     "check_device",
     "check_dtype",
     "check_frequencies",
+    "check_indices",
     "check_kwargs",
     "check_int",
     "check_level_db",
@@ -47,8 +49,12 @@ __all__ = [
     "check_signal",
     "check_str",
     "check_tensor",
+    "describe_value",
     "is_real_number",
 ]
+
+#: the floating dtypes the models, kernels and operators compute in
+FLOAT_DTYPES = (torch.float32, torch.float64)
 
 #: highest sampling rate (Hz) any model or extractor accepts; far above any audio format,
 #: low enough that a mistyped rate fails at once instead of designing huge filters
@@ -67,6 +73,14 @@ def is_real_number(value: Any) -> bool:
 
 def _type_name(value: Any) -> str:
     return type(value).__name__
+
+
+def describe_value(v: Any) -> str:
+    """A short description of an argument for a message: a tensor's dtype and shape, or
+    the type."""
+    if isinstance(v, Tensor):
+        return f"{v.dtype} tensor of shape {tuple(v.shape)}"
+    return _type_name(v)
 
 
 def _type_error(name: str, expected: str, value: Any, allow_none: bool) -> TypeError:
@@ -287,7 +301,7 @@ def check_preset(what: str, value: Any, presets: Collection[str]) -> str:
 def check_dtype(
     name: str,
     dtype: Any,
-    allowed: Collection[torch.dtype] = (torch.float32, torch.float64),
+    allowed: Collection[torch.dtype] = FLOAT_DTYPES,
 ) -> torch.dtype:
     """A :class:`torch.dtype` among ``allowed`` (default float32/float64)."""
     if not isinstance(dtype, torch.dtype):
@@ -461,17 +475,19 @@ def check_tensor(
     return value
 
 
-def _broadcast_ints(shapes: list[tuple[int, ...]]) -> torch.Size:
-    # numpy's broadcasting rule on plain ints: torch.broadcast_shapes imports its symbolic
-    # shape machinery (sympy, ~0.2 CPU-s) at its first call, which a first extract would pay
-    out = [1] * max((len(s) for s in shapes), default=0)
-    for s in shapes:
-        for j, d in enumerate(s, len(out) - len(s)):
-            if d != 1:
-                if out[j] not in (1, d):
-                    raise RuntimeError("shapes do not broadcast")
-                out[j] = d
-    return torch.Size(out)
+def check_indices(name: str, value: Any, *, allow_none: bool = True) -> Tensor | None:
+    """A 1-d int64 or int32 tensor of indices (``None`` passes with ``allow_none``);
+    ``TypeError`` otherwise (the values are not read)."""
+    if value is None and allow_none:
+        return None
+    if not (
+        isinstance(value, Tensor) and value.dim() == 1 and value.dtype in (torch.int64, torch.int32)
+    ):
+        none = " or None" if allow_none else ""
+        raise TypeError(
+            f"{name} must be a 1-d int64/int32 tensor{none}, got {describe_value(value)}"
+        )
+    return value
 
 
 def check_broadcast(*shapes: tuple[str, tuple[int, ...]]) -> torch.Size:
@@ -481,8 +497,10 @@ def check_broadcast(*shapes: tuple[str, tuple[int, ...]]) -> torch.Size:
     try:
         if torch.compiler.is_compiling() or not all(type(d) is int for s in dims for d in s):
             return torch.broadcast_shapes(*dims)  # symbolic sizes while tracing
-        return _broadcast_ints(dims)
-    except RuntimeError:
+        # plain ints: numpy's rule, the same; torch.broadcast_shapes imports its symbolic
+        # shape machinery (sympy, ~0.2 CPU-s) at its first call, which a first extract pays
+        return torch.Size(np.broadcast_shapes(*dims))
+    except (RuntimeError, ValueError):
         listed = ", ".join(f"{name} {tuple(s)}" for name, s in shapes)
         raise ValueError(f"shapes do not broadcast: {listed}") from None
 
@@ -503,6 +521,6 @@ def _all_finite(x: torch.Tensor) -> bool:
     """Whether every element is finite; for CPU tensors by numpy on the calling thread (a
     torch reduction over a long signal opens a thread pool that oversubscribes a busy
     machine)."""
-    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+    if x.device.type == "cpu" and x.dtype in FLOAT_DTYPES:
         return bool(np.isfinite(x.detach().numpy()).all())
     return bool(torch.isfinite(x).all())

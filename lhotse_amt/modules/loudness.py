@@ -22,6 +22,7 @@ from .._validation import (
     check_choice,
     check_dtype,
     check_frequencies,
+    check_indices,
     check_number,
     check_positive_finite,
     check_real_array,
@@ -157,18 +158,7 @@ class MultiResolutionSpectrum(nn.Module):
 
 def _gather_cols(m: Tensor, cols: Tensor | None) -> Tensor:
     """Rows ``cols`` of ``m`` (all rows for ``None``); ``cols`` a 1-D integer tensor."""
-    if cols is None:
-        return m
-    if (
-        not isinstance(cols, Tensor)
-        or cols.dim() != 1
-        or cols.dtype not in (torch.int64, torch.int32)
-    ):
-        got = (
-            f"{cols.dtype} {tuple(cols.shape)}" if isinstance(cols, Tensor) else type(cols).__name__
-        )
-        raise TypeError(f"cols must be a 1-D int64/int32 tensor of bin indices or None, got {got}")
-    return m[cols]
+    return m if check_indices("cols", cols) is None else m[cols]
 
 
 def _excitation_design(

@@ -23,12 +23,15 @@ import torch
 from torch import Tensor
 
 from .._validation import (
+    FLOAT_DTYPES,
     check_bool,
     check_broadcast,
+    check_indices,
     check_int,
     check_positive_finite,
     check_signal,
     check_tensor,
+    describe_value,
 )
 
 if TYPE_CHECKING:
@@ -73,15 +76,11 @@ __all__ = [
 ]
 
 
-#: the dtypes of the operators' signals (every kernel has float32 and float64 versions)
-KERNEL_DTYPES = (torch.float32, torch.float64)
-
-
 def check_input(x: Tensor, name: str = "x", min_dim: int = 1) -> Tensor:
     """The signal argument of an operator wrapper: a float32/float64 tensor with at least
     ``min_dim`` dimensions (empty allowed; the values are not scanned, the functional
     layer checks them); ``TypeError``/``ValueError`` naming ``name`` otherwise."""
-    kw = {"min_dim": min_dim, "allow_empty": True, "finite": False, "dtypes": KERNEL_DTYPES}
+    kw = {"min_dim": min_dim, "allow_empty": True, "finite": False, "dtypes": FLOAT_DTYPES}
     return check_signal(x, 0, None, name=name, **kw)
 
 
@@ -139,14 +138,6 @@ def sosfilt(x: Tensor, sos: Tensor, zi: Tensor | None = None) -> tuple[Tensor, T
     return y.reshape(*lead, T), zf.reshape(*lead, S, 2)
 
 
-def _describe(v: Any) -> str:
-    """A short description of an argument for a message: a tensor's dtype and shape, or
-    the type."""
-    if torch.is_tensor(v):
-        return f"{v.dtype} tensor of shape {tuple(v.shape)}"
-    return type(v).__name__
-
-
 def _as_ri(z: Tensor, dtype: torch.dtype) -> Tensor:
     """``(..., 2)`` real view (real, imaginary) of a complex or real tensor."""
     if torch.is_complex(z):
@@ -198,11 +189,8 @@ def one_pole_cascade(
     check_int("order", order, min=1)
     check_tensor("zi", zi, real_ok=False, complex_ok=True, trailing=(order,), allow_none=True)
     if use_abs is not None and not (torch.is_tensor(use_abs) and use_abs.dtype == torch.bool):
-        raise TypeError(f"use_abs must be a bool tensor or None, got {_describe(use_abs)}")
-    if select is not None and not (
-        torch.is_tensor(select) and select.dim() == 1 and select.dtype in (torch.int32, torch.int64)
-    ):
-        raise TypeError(f"select must be a 1-d int64/int32 tensor or None, got {_describe(select)}")
+        raise TypeError(f"use_abs must be a bool tensor or None, got {describe_value(use_abs)}")
+    check_indices("select", select)
     T = x.shape[-1]
     rdt = x.dtype
     coefs = [("pole", pole.shape), ("gain", gain.shape)]

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ..._validation import (
+    FLOAT_DTYPES,
     check_bool,
     check_broadcast,
     check_choice,
@@ -379,7 +380,7 @@ def specific_loudness(
     for k in ("a", "alpha", "e_thrq"):
         check_tensor(f"params.{k}", getattr(params, k), trailing=n_ch, max_dim=1, shape="(C,)")
     check_tensor("e", e, trailing=n_ch, shape=f"(..., {n_ch[0]})")
-    if e.dtype not in (torch.float32, torch.float64):
+    if e.dtype not in FLOAT_DTYPES:
         raise TypeError(f"e must be float32 or float64 (1e10 overflows {e.dtype}), got {e.dtype}")
     g, a, alpha, thr = params.g, params.a, params.alpha, params.e_thrq
     core = (g * e + a) ** alpha - a**alpha

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from ..._validation import (
+    FLOAT_DTYPES,
     check_choice,
     check_int,
     check_number,
@@ -39,8 +40,6 @@ __all__ = [
 WINDOW_LENGTHS = (2048, 1024, 512, 256, 128, 64)
 #: band plans (``variant`` of :func:`band_plan`, :func:`dft_bases`, ...)
 VARIANTS = ("moore2016", "gm2002")
-#: signal dtypes of the spectrum functions (torch.fft and the bases' products)
-FLOATS = (torch.float32, torch.float64)
 
 
 def fir_filter_full(x: Tensor, h: Tensor) -> Tensor:
@@ -54,7 +53,7 @@ def fir_filter_full(x: Tensor, h: Tensor) -> Tensor:
         ``(..., N + M - 1)``. For the symmetric 4097-tap ear filters, output index ``m``
         corresponds to input time ``m - 2048`` (zero-phase filtering).
     """
-    check_signal(x, min_samples=1, min_dim=1, max_dim=None, name="x", dtypes=FLOATS)
+    check_signal(x, min_samples=1, min_dim=1, max_dim=None, name="x", dtypes=FLOAT_DTYPES)
     check_signal(h, min_samples=1, min_dim=1, max_dim=1, name="FIR taps h")
     n = x.shape[-1] + h.shape[-1] - 1
     nfft = 1 << (n - 1).bit_length()
@@ -172,7 +171,7 @@ def multires_intensity(
         Component intensities re (20 µPa)² on bins 1 … 960, shape ``(..., F, 960)``
         (and the autocorrelation, see ``return_autocorr``).
     """
-    check_signal(z, 0, None, name="z", allow_empty=True, finite=False, dtypes=FLOATS)
+    check_signal(z, 0, None, name="z", allow_empty=True, finite=False, dtypes=FLOAT_DTYPES)
     for i, (length, bins, basis) in enumerate(bases):
         check_tensor(f"bases[{i}] basis", basis, trailing=(length, 2 * len(bins)), max_dim=2)
         if basis.dtype != z.dtype:

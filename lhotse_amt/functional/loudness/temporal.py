@@ -14,6 +14,7 @@ from torch import Tensor
 
 from ..._dispatch import kernel_device, no_grad_kernels
 from ..._validation import (
+    FLOAT_DTYPES,
     check_broadcast,
     check_choice,
     check_int,
@@ -241,7 +242,7 @@ def binaural_inhibition(
     if (
         s_left.shape == s_right.shape
         and (not torch.is_tensor(p) or p.numel() == 1)
-        and s_left.dtype in (torch.float32, torch.float64)
+        and s_left.dtype in FLOAT_DTYPES
         and s_left.device.type == "cpu"
         and no_grad_kernels(s_left, s_right, *((p,) if torch.is_tensor(p) else ()))
     ):
