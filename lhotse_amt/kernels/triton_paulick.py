@@ -1,6 +1,6 @@
 """CUDA kernels of Paulick et al. (2024)'s no-grad operators (:mod:`lhotse_amt.ops.paulick`:
-``lhotse_amt::paulick_drnl``, ``lhotse_amt::paulick_fir``, ``lhotse_amt::paulick_frontend``),
-composed of the Triton kernels of the differentiable stage operators; same arguments,
+``lhotse_amt::paulick_drnl``, ``lhotse_amt::paulick_fir``, ``lhotse_amt::paulick_frontend``,
+``lhotse_amt::paulick_pooled``); same arguments,
 results and state layouts as the CPU kernels :func:`lhotse_amt.kernels.paulick.drnl`,
 :func:`lhotse_amt.kernels.paulick.fir` and :func:`lhotse_amt.kernels.paulick_frontend.frontend`.
 
@@ -13,24 +13,16 @@ results and state layouts as the CPU kernels :func:`lhotse_amt.kernels.paulick.d
   sections and the sum in float64, cast to the output dtype once;
 * :func:`fir`: the strided FIR of :mod:`lhotse_amt.kernels.triton_fir` (float64
   accumulation in tap order; the CPU kernel sums phase by phase: last-bit differences);
+* :func:`frontend`: DRNL -> IHC -> adaptation loops (-> FIR decimator) in one pass
+  (:mod:`lhotse_amt.kernels.triton_paulick_frontend`: one launch, only the last stage
+  stored);
 * :func:`pooled`: :func:`frontend` and the pooled modulation filterbank
   (:func:`lhotse_amt.kernels.triton_modulation_pooled.modulation_pooled`) chunk by chunk
-  (:data:`POOLED_CHUNK` input samples, a multiple of the decimation factor), the frames
-  that straddle two chunks combined from their parts' means weighted by their lengths;
-* :func:`frontend`: :func:`drnl` (float64) -> the IHC recursion
-  (:mod:`lhotse_amt.kernels.triton_ihc_paulick`: float64, reciprocal slopes as on the
-  CPU) -> the adaptation loops with the overshoot limiter
-  (:mod:`lhotse_amt.kernels.triton_adaptation`, float64) -> ``(v - c) scale`` -> with a
-  decimator, the output rounded to float32 for float32 inputs (as the CPU kernel's
-  decimator sees it), the decimator's history in front and :func:`fir` at the kept
-  samples ``n = j0 + i R`` (``j0 = -t mod R`` from the ``t`` samples already seen).
+  (chunks sized by the memory of the decimated output, a multiple of the decimation
+  factor), the frames that straddle two chunks combined from their parts' means weighted
+  by their lengths.
 
-Every stage streams through its state, so chunked calls equal one call. Float64 front-end
-outputs agree with the CPU kernel to ~1e-13 relative in Triton's interpreter (the CPU
-kernel contracts fused multiply-adds, and so may the GPU's IHC and adaptation kernels:
-last-bit differences, which the low-frequency DRNL sections and the loops amplify);
-float32 outputs to ~2e-7 (the CPU kernel applies the limiter's correction in float32,
-here in float64). Importing this module never fails without Triton; ``TRITON_INTERPRET=1``
+Importing this module never fails without Triton; ``TRITON_INTERPRET=1``
 runs the kernels on CPU tensors (tests).
 """
 
@@ -41,10 +33,8 @@ import math
 import numpy as np
 import torch
 
-from .ihc_paulick_grad import IHC_STEP_KEYS
-from .triton_adaptation import KERNELS as _ADAPT
 from .triton_fir import fir_forward
-from .triton_ihc_paulick import KERNELS as _IHC
+from .triton_paulick_frontend import frontend
 from .triton_sos import KERNELS as _SOS
 
 __all__ = ["drnl", "fir", "frontend", "pooled"]
@@ -135,64 +125,11 @@ def drnl(
     return y.to(_out_dtype(x)).reshape(*lead, C, xr.shape[1]), _drnl_states(zs, lead, C)
 
 
-def frontend(
-    x: Tensor, drnl_coefs: tuple, drnl_state: dict | None, ihc_consts: dict[str, float],
-    ihc_state: Tensor, adapt_a: Tensor, adapt_m: Tensor, adapt_state: Tensor, minlvl: float,
-    use_limit: bool, out_offset: float, out_scale: float, dec_weight: Tensor | None = None,
-    dec_factor: int = 0, dec_state: dict | None = None,
-) -> tuple[Tensor, dict, Tensor, Tensor, dict | None]:  # fmt: skip
-    """CUDA version of :func:`lhotse_amt.kernels.paulick_frontend.frontend` (same arguments
-    and results): DRNL -> IHC -> adaptation loops (-> FIR decimator by ``dec_factor``) of
-    ``x (..., T)``, stage by stage in float64 (module docstring)."""
-    dev = x.device
-    lead, xr = _items(x)
-    (N, T), C = xr.shape, drnl_coefs[0].shape[0]
-    J = adapt_a.shape[-1]
-    rows = _Rows(N, C, dev)
-    v, zs = _drnl_rows(xr, drnl_coefs, drnl_state, rows, C)
-    consts = torch.tensor([[float(ihc_consts[k]) for k in IHC_STEP_KEYS]], dtype=F64, device=dev)
-    w0 = ihc_state.to(device=dev, dtype=F64).expand(*lead, C).reshape(N * C)
-    v, w, _ = _IHC.forward(v, rows.own, consts, torch.zeros_like(rows.own), w0, keep=False)
-    am = [t.to(device=dev, dtype=F64).expand(C, J) for t in (adapt_a, adapt_m)]
-    s0 = adapt_state.to(device=dev, dtype=F64).expand(*lead, C, J).reshape(N * C, J)
-    v, s, _ = _ADAPT.forward(
-        v, rows.own, *am, rows.chan, float(minlvl), bool(use_limit), s0, keep=False
-    )
-    v = (v - float(out_offset)) * float(out_scale)
-    R = int(dec_factor) if dec_weight is not None else 0
-    new_dec = None
-    if R > 0:
-        wd = dec_weight.detach().reshape(-1).to(device=dev, dtype=F64)
-        K = wd.shape[0]
-        st = dec_state or {}
-        t0 = int(st.get("t", 0))
-        h = st.get("hist")
-        if h is None:
-            h = torch.zeros((N * C, K - 1), dtype=F64, device=dev)
-        else:  # the history in x's dtype, as the CPU kernel keeps it
-            h = h.to(device=dev, dtype=x.dtype).reshape(N * C, K - 1).to(F64)
-        if x.dtype == torch.float32:  # the stage-wise decimator's float32 input
-            v = v.to(torch.float32).to(F64)
-        buf = torch.cat([h, v], -1)
-        j0 = (-t0) % R
-        M = max(0, -(-(T - j0) // R))
-        v = fir(buf, wd, j0, R, M)
-        hist = buf[:, buf.shape[1] - (K - 1) :].to(x.dtype)
-        new_dec = {"hist": hist.reshape(*lead, C, K - 1), "t": t0 + T}
-    return (
-        v.to(_out_dtype(x)).reshape(*lead, C, v.shape[-1]),
-        _drnl_states(zs, lead, C),
-        w.reshape(*lead, C),
-        s.reshape(*lead, C, J),
-        new_dec,
-    )
-
-
 #: input samples per chunk of :func:`pooled` at most (rounded down to a multiple of the
-#: decimation factor): bounds the stage-wise intermediates, ``(N C, chunk)`` float64 each
-POOLED_CHUNK = 1 << 16
-#: bytes of one ``(N C, chunk)`` float64 intermediate at most: a large batch takes shorter
-#: chunks, so a chunk's stage outputs stay near 2 GB on the device whatever the batch
+#: decimation factor; 23.8 s at 44.1 kHz)
+POOLED_CHUNK = 1 << 20
+#: bytes of a chunk's decimated front-end output ``(N, C, chunk / R)`` (as float64) at
+#: most: a large batch takes shorter chunks
 POOLED_BLOCK_BYTES = 256 << 20
 
 
@@ -205,8 +142,9 @@ def pooled(
     result): the ear filter (:func:`fir`, its history read from ``x``), :func:`frontend`
     with the decimator, then the pooled modulation filterbank,
     over chunks of ``chunk`` input samples (``None``: :data:`POOLED_CHUNK`, or fewer so
-    that a ``(N C, chunk)`` float64 block stays within :data:`POOLED_BLOCK_BYTES`; rounded
-    down to a multiple of ``R = dec_factor``, so every chunk starts at a decimated sample)
+    that the ``(N, C, chunk / R)`` output as float64 stays within
+    :data:`POOLED_BLOCK_BYTES`; rounded down to a multiple of ``R = dec_factor``, so every
+    chunk starts at a decimated sample)
     carrying every state. A frame's value is the mean of its parts in the chunks it
     overlaps, weighted by their lengths (squares for rms): the one-pass value to float
     rounding."""
@@ -217,7 +155,7 @@ def pooled(
     drnl_coefs, ihc_consts, w, adapt_a, adapt_m, s, *consts = front
     C, R = drnl_coefs[0].shape[0], int(dec_factor)
     if chunk is None:
-        chunk = min(POOLED_CHUNK, POOLED_BLOCK_BYTES // (8 * max(N * C, 1)))
+        chunk = min(POOLED_CHUNK, POOLED_BLOCK_BYTES * R // (8 * max(N * C, 1)))
     chunk = max(R, int(chunk) // R * R)
     st, sp, cnt = (t.detach().cpu().numpy().astype(np.int64) for t in frames)
     st, sp = st.reshape(N, -1), sp.reshape(N, -1)
