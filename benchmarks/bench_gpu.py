@@ -12,6 +12,9 @@ Two tables, each at batch 1, 8 and 64 (``--batches``):
   forward, loss (mean square of every output) and backward on a ``(B, T)`` batch (2 s at
   16 kHz; Paulick2024 1 s at 44.1 kHz; Glasberg2002/Moore2016 1 s at 32 kHz in pascals),
   ×real time as above and the peak GPU memory of a step per second of audio.
+* **launches** (``--launches``): the CUDA kernels (and device copies) that one
+  ``extract_batch`` of 8 items starts, counted by the profiler (CUPTI) for items of 1 s
+  and of 4 s: equal counts mean that the launches do not grow with the signal's length.
 
 A CPU column gives the same figures for batch 8 on all of the machine's cores in the same
 run (``--no-cpu`` skips it), so the two are read side by side. Timings synchronise the
@@ -86,6 +89,32 @@ def features(name: str, batch: int, seconds: float, reps: int, device: str) -> d
     return dict(xrt=batch * seconds / wall, wall=wall, peak_mb=peak)
 
 
+def launches(name: str, seconds: float, batch: int = 8) -> dict:
+    """CUDA-side events (kernels, copies, memsets) of one ``extract_batch`` of ``batch``
+    items of ``seconds``, after a warm-up call; the most frequent kernel names too."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cls = FEATURE_EXTRACTORS[name]
+    conf = cls.config_type()
+    if hasattr(conf, "diotic"):
+        conf.diotic = True
+    conf.device = "cuda"
+    ex = cls(conf)
+    fs = conf.sampling_rate
+    x = noise(batch, fs, seconds, cls.input_channels, MODELS[name] in LOUDNESS, seed=1)
+    items = list(x)
+    ex.extract_batch(items, fs)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        ex.extract_batch(items, fs)
+        torch.cuda.synchronize()
+    names: dict[str, int] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            names[e.name] = names.get(e.name, 0) + 1
+    return dict(n=sum(names.values()), names=dict(sorted(names.items(), key=lambda kv: -kv[1])))
+
+
 def training(model_name: str, batch: int, reps: int, device: str) -> dict:
     loud = model_name in LOUDNESS
     fs = 44100 if model_name == "Paulick2024" else 32000 if loud else 16000
@@ -115,6 +144,7 @@ def main() -> None:
     ap.add_argument("--no-cpu", action="store_true", help="skip the CPU batch-8 column")
     ap.add_argument("--no-training", action="store_true")
     ap.add_argument("--no-features", action="store_true")
+    ap.add_argument("--launches", action="store_true", help="count CUDA launches (1 s, 4 s)")
     ap.add_argument("--json", help="write all figures here")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -124,7 +154,12 @@ def main() -> None:
         f"{torch.get_num_threads()} CPU threads",
         flush=True,
     )
-    res: dict = {"device": torch.cuda.get_device_name(), "features": {}, "training": {}}
+    res: dict = {
+        "device": torch.cuda.get_device_name(),
+        "features": {},
+        "training": {},
+        "launches": {},
+    }
 
     def cell(kind: str, key: tuple[str, str], fn, *fn_args) -> None:
         try:
@@ -149,6 +184,10 @@ def main() -> None:
             if not args.no_cpu:
                 cell("training", (m, "cpu-8"), training, m, 8, 1, "cpu")
 
+    for name in args.models if args.launches else []:
+        for sec in (1.0, 4.0):
+            cell("launches", (name, f"{sec:g} s"), launches, name, sec)
+
     cols = [f"cuda-{b}" for b in args.batches] + ([] if args.no_cpu else ["cpu-8"])
 
     def table(kind: str, title: str, first: str, peak: str, peak_name: str) -> None:
@@ -166,6 +205,12 @@ def main() -> None:
           "peak_mb", "peak MB")  # fmt: skip
     table("training", "forward + backward, x real time (peak GPU MB per s of audio, largest "
           "batch)", "model", "peak_mb_per_s", "MB per s")  # fmt: skip
+    if res["launches"]:
+        print("\nCUDA launches per extract_batch (8 items)")
+        print("| extractor | 1 s | 4 s |")
+        for name, row in res["launches"].items():
+            cells = [str(row.get(k, {}).get("n", "error")) for k in ("1 s", "4 s")]
+            print(f"| {name} | " + " | ".join(cells) + " |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
