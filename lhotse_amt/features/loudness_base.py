@@ -37,7 +37,10 @@ Lhotse frames. A model frame depends on the input within ±3072 samples (at 32 k
 (4097-tap zero-phase ear filter, 64-ms window), so each block is computed from its samples plus
 3072 samples of context on each side (zeros outside the signal, as in one-shot processing); the
 AGC states (short-term per channel, long-term) are carried from block to block. Memory is
-bounded by the block, and the result equals one-shot processing up to float rounding.
+bounded by the block, and the result equals one-shot processing up to float rounding. On
+CUDA the blocks are sized by GPU memory instead (:data:`CUDA_BLOCK_FRAMES` model frames of
+all items and ears together, or ``chunk_duration`` if that is longer), and each block is
+one model call for the whole batch whose kernel launches do not depend on its length.
 
 **Channels.** Glasberg2002 is mono (the usual ``channel``/``downmix`` policy). Moore2016 needs
 exactly two channels (left, right); with ``diotic=True`` it also accepts mono audio and presents
@@ -170,7 +173,7 @@ class LoudnessExtractor(LoudnessMixing, AuditoryExtractor):
         last = [n // L.HOP for n in t32]  # last model frame (centre <= end of signal)
         n_out = [self._num_frames(n) for n in lengths]
         den = 1000 * self.hop  # model frame i -> Lhotse frame (i * sr) // den
-        per_block = max(1, int(round(c.chunk_duration / c.frame_shift)))
+        per_block = block_frames(c.chunk_duration, c.frame_shift, x.device, x.shape[0] * x.shape[1])
         j_first = self._first_frame(model)
         states: list[dict] = [{} for _ in lengths]
         rows: list[list[np.ndarray]] = [[] for _ in lengths]
@@ -199,6 +202,20 @@ class LoudnessExtractor(LoudnessMixing, AuditoryExtractor):
         out = [np.concatenate(r, 0) for r in rows]
         assert [o.shape[0] for o in out] == n_out
         return [torch.from_numpy(o.astype(np.float32)) for o in out]
+
+
+#: model frames (1 ms) of all items and ears of one block on CUDA: ~2 GB of GPU memory at
+#: the ~16 KB per model frame that a batch-64 Glasberg2002 extract peaked at on an H200
+CUDA_BLOCK_FRAMES = 1 << 17
+
+
+def block_frames(chunk_duration: float, frame_shift: float, device: torch.device, rows: int) -> int:
+    """Lhotse frames per block: ``chunk_duration`` on the CPU; on CUDA at least
+    :data:`CUDA_BLOCK_FRAMES` model frames shared by the ``rows`` items × ears."""
+    n = max(1, int(round(chunk_duration / frame_shift)))
+    if device.type == "cuda":
+        n = max(n, int(CUDA_BLOCK_FRAMES // max(rows, 1) * 0.001 / frame_shift))
+    return n
 
 
 def _segment(x32: Tensor, s0: int, s1: int) -> Tensor:

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from .._attributes import forwarded_attribute
+from .._dispatch import no_grad_kernels
 from .._validation import check_choice, check_int, check_number, check_str
 from ..functional import loudness as L
 from ..modules.loudness import (
@@ -196,8 +197,10 @@ class LoudnessModelBase(nn.Module):
         inten = spec(z, t0, j_first, n_frames)
         keep = spec.kept(inten)
         ik = torch.where(keep, inten, torch.zeros_like(inten))
-        if torch.compiler.is_compiling():
-            # one dense chunk: no data-dependent shapes in the graph
+        if torch.compiler.is_compiling() or (ik.is_cuda and no_grad_kernels(ik)):
+            # one dense chunk: no data-dependent shapes in the graph; on CUDA without
+            # gradient, every frame in one pass (the lower skirts' operator stores no
+            # (frames, K, C) weights), so the launches do not grow with the frames
             return self._chunk(ik, keep, None)
         parts = []
         for f0 in range(0, n_frames, self.chunk_frames):

@@ -90,7 +90,8 @@ class Glasberg2002(LoudnessModelBase):
             2002 model), plus ``{"diotic": True}`` (False: monaural values, half).
         dtype: ``torch.float32`` or ``torch.float64`` (keyword only).
         preset: ``"gm2002"`` (the only preset; see ``GLASBERG2002_PRESETS``; keyword only).
-        chunk_frames: frames processed together in the excitation stage (keyword only).
+        chunk_frames: frames processed together in the excitation stage (keyword only; on
+            CUDA without gradient, all frames in one pass).
         backend: ``"auto"`` (default): the compiled CPU path
             (:class:`lhotse_amt.ops.loudness_fast.FastExcitation`, numba) for eager CPU input
             without gradient (lower-slope levels ``"component"`` and ``"cambridge"``), the

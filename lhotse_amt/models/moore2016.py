@@ -82,7 +82,8 @@ class Moore2016(LoudnessModelBase):
         ltl_agc_kwargs: LTL AGC ``{"attack_alpha", "release_alpha"}`` per frame (both ears).
         preset: ``"amt-1.4"`` (default) or ``"moore2016-original"``, see ``MOORE2016_PRESETS``
             (keyword only).
-        chunk_frames: frames processed together in the excitation stage (keyword only).
+        chunk_frames: frames processed together in the excitation stage (keyword only; on
+            CUDA without gradient, all frames in one pass).
         backend: ``"auto"`` (default): the compiled CPU path
             (:class:`lhotse_amt.ops.loudness_fast.FastExcitation`, numba) for eager CPU input
             without gradient, the differentiable torch stages otherwise; ``"torch"``: always

@@ -16,6 +16,12 @@ no-grad CPU path of :func:`lhotse_amt.functional.loudness.agc`.
 
 The semantics are those of :func:`lhotse_amt.functional.loudness.agc_reference`
 (Glasberg & Moore 2002, Sec. 2.6; Moore et al. 2016, Eqs. 4–5).
+
+:func:`excitation_lower` is the no-grad operator ``lhotse_amt::excitation_lower``: the
+excitation pattern's lower branch (the level-dependent lower skirts of the roex filters),
+whose CUDA kernel (:mod:`lhotse_amt.kernels.triton_excitation`) computes every frame and
+channel in one launch without the reference's ``(..., K, C)`` weights; the CPU kernel is
+the plain-torch reference.
 """
 
 from __future__ import annotations
@@ -23,19 +29,63 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from ..functional.loudness.excitation import lower_branch_group, lower_branch_reference
 from ..functional.loudness.temporal import check_agc_args
 from ..kernels import agc_grad
 from .rowop import DeviceKernels
 
-__all__ = ["agc_rows", "agc", "agc_nograd"]
+__all__ = ["agc_rows", "agc", "agc_nograd", "excitation_lower"]
 
 _LIB = "lhotse_amt"
 
 
 _AGC = DeviceKernels(agc_grad.KERNELS, "triton_agc")
+_LOWER = DeviceKernels(lower_branch_reference, "triton_excitation", attr="lower_branch")
+
+
+@torch.library.custom_op(f"{_LIB}::excitation_lower", mutates_args=(), device_types=("cpu", "cuda"))
+def _excitation_lower_rows(
+    intensity: Tensor, s: Tensor, lower_h: Tensor, n_below: Tensor, per_channel: bool
+) -> Tensor:
+    """The excitation pattern's lower branch of ``intensity (R, K)`` (no gradient): slopes
+    ``s`` ``(R, C)`` (``per_channel``) or ``(R, K)``, ``lower_h (K, C)``, ``n_below (C,)``
+    int64 -> ``(R, C)``. CPU: the plain-torch reference; CUDA: one Triton kernel."""
+    if intensity.device.type == "cpu":
+        return lower_branch_reference(intensity, s, lower_h, n_below.tolist(), per_channel)
+    group = lower_branch_group(lower_h)
+    return _LOWER.on(intensity)(intensity, s, lower_h, n_below, group, per_channel)
+
+
+@_excitation_lower_rows.register_fake
+def _(intensity: Tensor, s: Tensor, lower_h: Tensor, n_below: Tensor, per_channel: bool) -> Tensor:
+    return intensity.new_empty((intensity.shape[0], lower_h.shape[1]))
+
+
+def excitation_lower(
+    intensity: Tensor,
+    s: Tensor,
+    lower_h: Tensor,
+    n_below: Any,
+    per_channel: bool,
+) -> Tensor:
+    """Lower branch of the excitation pattern without gradient, for any leading shape:
+    ``intensity (..., K)``, ``s`` broadcasting to ``(..., C)`` (``per_channel``) or
+    ``(..., K)``, ``lower_h (K, C)``, ``n_below`` ``(C,)`` (bins below each centre) ->
+    ``(..., C)``; the values of
+    :func:`lhotse_amt.functional.loudness.excitation.lower_branch_reference` to float
+    rounding (the operator ``lhotse_amt::excitation_lower``)."""
+    lead, K = intensity.shape[:-1], intensity.shape[-1]
+    C = lower_h.shape[1]
+    n = C if per_channel else K
+    x = intensity.reshape(-1, K).contiguous()
+    ss = s.expand(*lead, n).reshape(-1, n).contiguous()
+    nb = torch.as_tensor(np.asarray(n_below, dtype=np.int64), device=intensity.device)
+    y = _excitation_lower_rows(x, ss, lower_h.contiguous(), nb, bool(per_channel))
+    return y.reshape(*lead, C)
 
 
 @torch.library.custom_op(f"{_LIB}::agc", mutates_args=(), device_types=("cpu", "cuda"))

@@ -54,3 +54,33 @@ def test_extract_batch_launches_do_not_grow_with_length(name, device):
         assert not [
             k for k in short if k.startswith(("op:lhotse_amt.resonator", "op:lhotse_amt.adap"))
         ]
+
+
+@CUDA
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["amt-glasberg2002", "amt-moore2016"])
+def test_loudness_extract_batch_launches_do_not_grow_with_length_on_cuda(name):
+    # one block of the whole batch (blocks sized by GPU memory, chunk_duration notwithstanding)
+    # and every frame of a block in one pass of the excitation stage
+    from lhotse.features.base import FEATURE_EXTRACTORS
+
+    cls = FEATURE_EXTRACTORS[name]
+    conf = cls.config_type(chunk_duration=0.5, device="cuda")
+    if hasattr(conf, "diotic"):
+        conf.diotic = True
+    ex = cls(conf)
+    rng = np.random.default_rng(0)
+    x = (0.05 * rng.standard_normal(128000)).astype(np.float32)
+    if cls.input_channels == 2:
+        x = np.stack([x, x])
+    counts = []
+    for n in (32000, 128000):
+        batch = [x[..., :n], x[..., : n // 2]]
+        ex.extract_batch(batch, 32000)
+        with count_launches() as c:
+            ex.extract_batch(batch, 32000)
+        counts.append(c)
+    short, long = counts
+    assert sum(short.values()) > 0
+    assert short == long, growth(short, long)
+    assert short["op:lhotse_amt.excitation_lower"] >= 1

@@ -154,3 +154,16 @@ def test_batched_blocks_equal_items_one_by_one(cls, cfg, rate):
         )
         assert batched[k].abs().max() > 0.01
         torch.testing.assert_close(batched[k], one_by_one[k], rtol=1e-5, atol=1e-6)
+
+
+def test_blocks_on_cuda_are_sized_by_memory():
+    from lhotse_amt.features.loudness_base import CUDA_BLOCK_FRAMES, block_frames
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert block_frames(2.0, 0.01, cpu, 8) == 200
+    # 8 rows share the budget: CUDA_BLOCK_FRAMES / 8 model frames of 1 ms
+    assert block_frames(2.0, 0.01, cuda, 8) == int(CUDA_BLOCK_FRAMES // 8 * 0.1)
+    assert block_frames(2.0, 0.01, cuda, 8) > 1000
+    # a batch too large for the budget keeps chunk_duration's blocks
+    assert block_frames(2.0, 0.01, cuda, 10**6) == 200
+    assert block_frames(2.0, 0.01, cuda, 0) >= 200

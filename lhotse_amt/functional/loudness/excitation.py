@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..._dispatch import no_grad_kernels
 from ..._validation import (
     FLOAT_DTYPES,
     check_bool,
@@ -123,6 +124,13 @@ def _check_matrix(name: str, m: Tensor, x: Tensor, x_name: str = "intensity") ->
         )
 
 
+def lower_branch_group(lower_h: Tensor) -> int:
+    """Channels per group of the lower branch for ``lower_h (K, C)``: all of them for few
+    components (sparse spectra), else 16, so that the staircase of "bins below fc" is
+    followed closely and the blocks stay cache-sized."""
+    return lower_h.shape[1] if lower_h.shape[0] <= 256 else 16
+
+
 def _lower_branch(
     intensity: Tensor,
     s: Tensor,
@@ -130,16 +138,33 @@ def _lower_branch(
     n_below: np.ndarray | tuple[int, ...],
     per_channel: bool,
 ) -> Tensor:
+    """Sum over components below each channel of ``I_k W(p_l |g|)`` with ``p_l |g| = s h``
+    (:func:`lower_branch_reference`); without gradient on CUDA, the operator
+    ``lhotse_amt::excitation_lower`` (one Triton kernel for every frame and channel, no
+    ``(..., K, C)`` intermediate)."""
+    if intensity.is_cuda and no_grad_kernels(intensity, s, lower_h):
+        from ...ops.loudness import excitation_lower
+
+        return excitation_lower(intensity, s, lower_h, n_below, per_channel)
+    return lower_branch_reference(intensity, s, lower_h, n_below, per_channel)
+
+
+def lower_branch_reference(
+    intensity: Tensor,
+    s: Tensor,
+    lower_h: Tensor,
+    n_below: np.ndarray | tuple[int, ...] | Tensor,
+    per_channel: bool,
+) -> Tensor:
     """Sum over components below each channel of ``I_k W(p_l |g|)`` with ``p_l |g| = s h``.
 
     ``s`` is ``(..., K)`` (per component, Moore2016) or ``(..., C)`` (per channel, GM2002).
-    Channels are processed in groups; each group uses only the bins below its highest centre.
+    Channels are processed in groups (:func:`lower_branch_group`); each group uses only the
+    bins below its highest centre. Plain torch: defines the semantics.
     """
     c_total = lower_h.shape[1]
     out = []
-    # few components (sparse spectra): one group; many: groups of 16 channels, so that the
-    # staircase of "bins below fc" is followed closely and the blocks stay cache-sized
-    group = c_total if lower_h.shape[0] <= 256 else 16
+    group = lower_branch_group(lower_h)
     for c0 in range(0, c_total, group):
         c1 = min(c0 + group, c_total)
         kmax = int(n_below[c1 - 1])
