@@ -49,6 +49,8 @@ if HAVE_TRITON:
 
 __all__ = ["frontend"]
 
+Tensor = torch.Tensor
+
 #: channels per program, samples per block of the stage-by-stage pass
 BLOCK_CHANNELS = 8
 CHUNK = 128
@@ -170,24 +172,12 @@ def _ihc_row(consts: dict[str, float]) -> list[float]:
 
 
 def frontend(
-    x: torch.Tensor,
-    drnl_coefs: tuple,
-    drnl_state: dict | None,
-    ihc_consts: dict[str, float],
-    ihc_state: torch.Tensor,
-    adapt_a: torch.Tensor,
-    adapt_m: torch.Tensor,
-    adapt_state: torch.Tensor,
-    minlvl: float,
-    use_limit: bool,
-    out_offset: float,
-    out_scale: float,
-    dec_weight: torch.Tensor | None = None,
-    dec_factor: int = 0,
-    dec_state: dict | None = None,
-    block: int = BLOCK_CHANNELS,
+    x: Tensor, drnl_coefs: tuple, drnl_state: dict | None, ihc_consts: dict[str, float],
+    ihc_state: Tensor, adapt_a: Tensor, adapt_m: Tensor, adapt_state: Tensor, minlvl: float,
+    use_limit: bool, out_offset: float, out_scale: float, dec_weight: Tensor | None = None,
+    dec_factor: int = 0, dec_state: dict | None = None, block: int = BLOCK_CHANNELS,
     ck: int = CHUNK,
-) -> tuple[torch.Tensor, dict, torch.Tensor, torch.Tensor, dict | None]:
+) -> tuple[Tensor, dict, Tensor, Tensor, dict | None]:  # fmt: skip
     """DRNL -> IHC -> adaptation loops (-> FIR decimator) on ``x (..., T)``: the arguments
     and results of :func:`lhotse_amt.kernels.paulick_frontend.frontend` (states are not
     modified; the new ones are returned); ``block`` channels per program, ``ck`` samples
@@ -199,7 +189,7 @@ def frontend(
     N, C, J = xf.shape[0], g.shape[0], adapt_a.shape[-1]
     dev = xf.device
 
-    def f64(t: torch.Tensor, *shape: int) -> torch.Tensor:
+    def f64(t: Tensor, *shape: int) -> Tensor:
         return t.detach().to(device=dev, dtype=torch.float64).expand(*shape).contiguous()
 
     sos = [f64(s, C, s.shape[-2], 6) for s in (lin_sos, nl1_sos, nl2_sos)]
