@@ -118,8 +118,8 @@ def merge_preset(preset_kwargs: dict | None, user_kwargs: dict | None) -> dict:
 class StreamingModel(nn.Module):
     """Base for models made of a chain of stateful stages.
 
-    Subclasses implement :meth:`_stages`, which runs the chain on a chunk and returns the
-    stage outputs and new states. :meth:`stream` processes a long signal chunk by chunk
+    Subclasses implement :meth:`_run_stages`, which runs the chain on a chunk and records
+    the stage outputs and new states. :meth:`stream` processes a long signal chunk by chunk
     with the states carried explicitly, so the result equals one-shot processing;
     calling the model twice on the same input gives the same output (no hidden state).
     """
@@ -379,8 +379,26 @@ class StreamingModel(nn.Module):
 
     def _stages(
         self, x: Tensor, state: dict[str, Any] | None, upto: str | None
-    ) -> tuple[dict[str, Tensor], dict[str, Any]]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    ) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        """Run the chain on ``x (B, T)`` from ``state`` (``None``: rest) up to the stage
+        ``upto`` (``None``: all): returns the stage outputs and the new states, which
+        :meth:`_run_stages` fills in processing order."""
+        state = state or {}
+        names = self.stage_names
+        last = names.index(upto) if upto is not None else len(names) - 1
+        out: dict[str, Tensor] = {}
+        new = self._carried_state(state)
+        self._run_stages(x, state, last, out, new)
+        return out, new
+
+    def _carried_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The entries of a stream state that belong to no stage (passed on as they are)."""
+        return {}
+
+    def _run_stages(self, x: Tensor, state: dict, last: int, out: dict, new: dict) -> None:
+        """The stages ``stage_names[: last + 1]`` on ``x``, each from its entry in
+        ``state``: their outputs go into ``out`` and their new states into ``new``."""
+        raise NotImplementedError  # pragma: no cover - abstract
 
     def stream(
         self, x: Tensor, state: dict[str, Any] | None = None, upto: str | None = None

@@ -22,10 +22,6 @@ class CASPModel(StreamingModel):
 
     fused_chain = "casp"
 
-    def _carried_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        """The entries of a stream state that belong to no stage (passed on as they are)."""
-        return {}
-
     def _stage(self, name: str, y: Tensor, state: dict[str, Any]) -> tuple[Tensor, Any]:
         """Stage ``name`` on its input ``y`` from its entry in the stream ``state``; returns
         the output and the stage's new state (the modulation filterbank's output padded to
@@ -34,19 +30,11 @@ class CASPModel(StreamingModel):
             return self.modulation.forward_padded(y, state.get(name), return_state=True)
         return getattr(self, name)(y, state.get(name), return_state=True)
 
-    def _stages(
-        self, x: Tensor, state: dict[str, Any] | None, upto: str | None
-    ) -> tuple[dict[str, Tensor], dict[str, Any]]:
-        state = state or {}
-        out: dict[str, Tensor] = {}
-        new = self._carried_state(state)
-        names = self.stage_names
-        stop = names.index(upto) if upto is not None else len(names) - 1
+    def _run_stages(self, x: Tensor, state: dict, last: int, out: dict, new: dict) -> None:
         y = x
-        for name in names[: stop + 1]:
+        for name in self.stage_names[: last + 1]:
             y, new[name] = self._stage(name, y, state)
             out[name] = y
-        return out, new
 
     def _run(self, x: Tensor, upto: str | None = None) -> dict[str, Tensor]:
         """One-shot run of the stages on ``x (B, T)`` (up to ``upto``): the stage outputs."""

@@ -38,8 +38,6 @@ modulation by amplitude modulation with the modulation filter-bank concept", JAS
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 from torch import Tensor
@@ -206,34 +204,27 @@ class King2019(StreamingModel):
         """Modulation centre frequencies (Hz), ``(M,)``."""
         return self.modulation_filterbank.mfc
 
-    def _stages(
-        self, x: Tensor, state: dict[str, Any] | None, upto: str | None
-    ) -> tuple[dict[str, Tensor], dict[str, Any]]:
-        state = state or {}
-        out: dict[str, Tensor] = {}
-        new: dict[str, Any] = {}
-        stop = self.stage_names.index(upto) if upto is not None else len(self.stage_names) - 1
+    def _run_stages(self, x: Tensor, state: dict, last: int, out: dict, new: dict) -> None:
         y, new["filterbank"] = self.filterbank(x, state.get("filterbank"), return_state=True)
         out["filterbank"] = y
-        if stop >= 1:
+        if last >= 1:
             y = self.compression(y)
             out["compression"] = y
-        if stop >= 2:
+        if last >= 2:
             y, new["ihc"] = self.ihc(y, state.get("ihc"), return_state=True)
             out["ihc"] = y
-        if stop >= 3:
+        if last >= 3:
             y, new["adaptation"] = self.adaptation_filter(
                 y, state.get("adaptation"), return_state=True
             )
             out["adaptation"] = y
-        if stop >= 4:
+        if last >= 4:
             if self.lp150_filter is not None:
                 y, new["lp150"] = self.lp150_filter(y, state.get("lp150"), return_state=True)
             y, new["modulation"] = self.modulation_filterbank(
                 y, state.get("modulation"), return_state=True
             )
             out["modulation"] = y
-        return out, new
 
     def _mfc_np(self) -> np.ndarray:
         """The modulation centre frequencies as numbers (they select the bands of the

@@ -344,18 +344,12 @@ class Paulick2024(DecisionMixin, StreamingModel):
         c = minlvl ** (1.0 / 2.0**J)
         return a, m, s0, minlvl, c
 
-    def _stages(
-        self, x: Tensor, state: dict[str, Any] | None, upto: str | None
-    ) -> tuple[dict[str, Tensor], dict[str, Any]]:
-        state = state or {}
-        out: dict[str, Tensor] = {}
-        new: dict[str, Any] = {}
+    def _run_stages(self, x: Tensor, state: dict, last: int, out: dict, new: dict) -> None:
         names = self.stage_names
-        last = names.index(upto) if upto is not None else len(names) - 1
         y, new["outerear"] = self.outer_middle_ear(x, state.get("outerear"), return_state=True)
         out["outerear"] = y
         if last < 1:
-            return out, new
+            return
         fused = last >= names.index("adaptation") and not self.return_stages and self._fused_ok(y)
         if fused:
             from ..ops import paulick
@@ -399,7 +393,6 @@ class Paulick2024(DecisionMixin, StreamingModel):
                     y, state.get("modulation"), return_state=True
                 )
             out["modulation"] = y
-        return out, new
 
     def _frontend_args(self, y: Tensor, state: dict[str, Any]) -> tuple:
         """The arguments of :func:`lhotse_amt.ops.paulick.frontend` from ``drnl_coefs`` to
