@@ -33,6 +33,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._validation import (
+    FLOAT_DTYPES,
+    check_bool,
+    check_broadcast,
+    check_real_array,
+    check_tensor,
+)
 from ..functional.loudness.excitation import lower_branch_group, lower_branch_reference
 from ..functional.loudness.temporal import check_agc_args
 from ..kernels import agc_grad
@@ -78,14 +85,56 @@ def excitation_lower(
     ``(..., C)``; the values of
     :func:`lhotse_amt.functional.loudness.excitation.lower_branch_reference` to float
     rounding (the operator ``lhotse_amt::excitation_lower``)."""
+    nb = _check_excitation_lower(intensity, s, lower_h, n_below, per_channel)
     lead, K = intensity.shape[:-1], intensity.shape[-1]
     C = lower_h.shape[1]
     n = C if per_channel else K
     x = intensity.reshape(-1, K).contiguous()
     ss = s.expand(*lead, n).reshape(-1, n).contiguous()
-    nb = torch.as_tensor(np.asarray(n_below, dtype=np.int64), device=intensity.device)
-    y = _excitation_lower_rows(x, ss, lower_h.contiguous(), nb, bool(per_channel))
+    nbt = torch.as_tensor(nb, device=intensity.device)
+    y = _excitation_lower_rows(x, ss, lower_h.contiguous(), nbt, bool(per_channel))
     return y.reshape(*lead, C)
+
+
+def _check_excitation_lower(
+    intensity: Any, s: Any, lower_h: Any, n_below: Any, per_channel: Any
+) -> np.ndarray:
+    """Check the arguments of :func:`excitation_lower` (shapes, dtypes, devices and the bin
+    counts; no tensor values are read) and return ``n_below`` as int64."""
+    check_tensor("intensity", intensity, min_dim=1, shape="(..., K)")
+    check_tensor("lower_h", lower_h, min_dim=2, max_dim=2, shape="(K, C)")
+    if check_bool("per_channel", per_channel):
+        check_tensor("s", s, min_dim=1, shape="(..., C)")
+        n = lower_h.shape[1]
+    else:
+        check_tensor("s", s, min_dim=1, shape="(..., K)")
+        n = intensity.shape[-1]
+    if intensity.dtype not in FLOAT_DTYPES or {s.dtype, lower_h.dtype} != {intensity.dtype}:
+        raise TypeError(
+            "intensity, s and lower_h must be all float32 or all float64, got "
+            f"{intensity.dtype}, {s.dtype} and {lower_h.dtype}"
+        )
+    if {s.device, lower_h.device} != {intensity.device}:
+        raise ValueError(
+            f"intensity, s and lower_h must be on one device, got {intensity.device}, "
+            f"{s.device} and {lower_h.device}"
+        )
+    K, C = lower_h.shape
+    if intensity.shape[-1] != K:
+        raise ValueError(
+            f"lower_h {tuple(lower_h.shape)} must have a row per component of intensity "
+            f"{tuple(intensity.shape)}"
+        )
+    lead = tuple(intensity.shape[:-1])
+    if tuple(check_broadcast(("s", s.shape), ("intensity", (*lead, n)))) != (*lead, n):
+        raise ValueError(f"s {tuple(s.shape)} must broadcast to {(*lead, n)}")
+    nb = check_real_array("n_below", n_below, min=0)
+    if nb.shape != (C,) or (nb != np.round(nb)).any() or (nb > K).any() or (np.diff(nb) < 0).any():
+        raise ValueError(
+            f"n_below must hold, for each of the {C} channels, the number of components "
+            f"below its centre: non-decreasing integers in [0, {K}], got shape {nb.shape}"
+        )
+    return nb.astype(np.int64)
 
 
 @torch.library.custom_op(f"{_LIB}::agc", mutates_args=(), device_types=("cpu", "cuda"))

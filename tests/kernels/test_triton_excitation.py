@@ -101,3 +101,28 @@ def test_operator_on_cuda_equals_cpu(per_channel, dtype):
     got = excitation_lower(i.cuda(), s.cuda(), h.cuda(), nb, per_channel).cpu()
     tol = 1e-12 if dtype == torch.float64 else 2e-5
     assert float((got - ref).abs().max()) <= tol * float(ref.abs().max())
+
+
+def _bad_arguments():
+    i, s, h, nb = _case(True)
+    nbl = list(nb)
+    yield "intensity", TypeError, (i.long(), s, h, nb, True)
+    yield "float32 or all float64", TypeError, (i.float(), s, h, nb, True)
+    yield "float32 or all float64", TypeError, (i.half(), s.half(), h.half(), nb, True)
+    yield "lower_h", ValueError, (i, s, h[0], nb, True)
+    yield "a row per component", ValueError, (i[:, :-1], s, h, nb, True)
+    yield "s must have shape", ValueError, (i, s[0, 0], h, nb, False)
+    yield "broadcast", ValueError, (i, s[:, :-1], h, nb, True)
+    yield "per_channel", TypeError, (i, s, h, nb, "yes")
+    yield "n_below", ValueError, (i, s, h, nbl[:-1], True)
+    yield "n_below", ValueError, (i, s, h, [n + 0.5 for n in nbl], True)
+    yield "n_below", ValueError, (i, s, h, nbl[::-1], True)
+    yield "n_below", ValueError, (i, s, h, [n + 10**4 for n in nbl], True)
+    yield "n_below", ValueError, (i, s, h, [-1] + nbl[1:], True)
+    yield "n_below", TypeError, (i, s, h, "abc", True)
+
+
+@pytest.mark.parametrize("match, error, args", list(_bad_arguments()))
+def test_operator_rejects_bad_arguments(match, error, args):
+    with pytest.raises(error, match=match):
+        excitation_lower(*args)
