@@ -28,8 +28,8 @@ def frame_mean(x: Tensor, hop: int, num_frames: int, lengths: Tensor | None = No
         x: ``(..., T)`` signal (``(B, ..., T)`` with ``lengths``).
         hop: samples per frame, ``>= 1``.
         num_frames: frames to return, ``>= 0``; frames past the end of the signal are 0.
-        lengths: optional ``(B,)`` integer tensor, the valid samples of each item of a
-            padded batch (samples at or after ``lengths[b]`` are not used).
+        lengths: optional ``(B,)`` integer tensor ``>= 0``, the valid samples of each item
+            of a padded batch (samples at or after ``lengths[b]`` are not used).
 
     Returns:
         ``(..., num_frames)`` in the dtype of ``x``: frame ``j`` is the mean of samples
@@ -66,6 +66,8 @@ def frame_mean(x: Tensor, hop: int, num_frames: int, lengths: Tensor | None = No
             f"lengths must be (B,) with B = {x.shape[0]} (the batch of x), got "
             f"{tuple(lengths.shape)}"
         )
+    if bool((lengths < 0).any()):  # (B,) integers: a negative count would give 0 frames
+        raise ValueError(f"lengths must be >= 0, got {lengths.tolist()}")
     n = lengths.to(x.device).reshape(-1, *([1] * (x.dim() - 1)))
     if span > T:
         x = torch.nn.functional.pad(x, (0, span - T))

@@ -157,6 +157,11 @@ CASES = {
         "lengths",
         lambda: framing.frame_mean(torch.ones(2, 10), 2, 5, torch.tensor([3.5, 4.0])),
     ),
+    "frame_mean lengths negative": (
+        ValueError,
+        "lengths must be >= 0",
+        lambda: framing.frame_mean(torch.ones(2, 10), 2, 5, torch.tensor([-3, 4])),
+    ),
     "kaiser_lowpass beta negative": (
         ValueError,
         "beta",
