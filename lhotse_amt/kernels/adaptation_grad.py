@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .autodiff import _CKA, KERNEL_OPTS, lane_group, lanes_from_rows, lanes_to_rows
+from .autodiff import _CKA, KERNEL_OPTS, lane_group
 from .cpu import divide_lanes
 from .fastmath import assume_distinct_arrays, denormals_off, exp_nonpos_inline, restore_fp_mode
 from .rows import RowKernels, numba_launch
@@ -48,9 +48,11 @@ def _lane_group(R, grp, xrow, crow, a, m, zi, J):  # pragma: no cover - compiled
     aa = np.empty((J, _W))
     mm = np.empty((J, _W))
     s = np.empty((J, _W))
-    lanes_from_rows(a, cr, aa)
-    lanes_from_rows(m, cr, mm)
-    lanes_from_rows(zi, rows, s)
+    for k in range(_W):
+        for j in range(J):
+            aa[j, k] = a[cr[k], j]
+            mm[j, k] = m[cr[k], j]
+            s[j, k] = zi[rows[k], j]
     return r0, nr, rows, xr, aa, mm, s
 
 
@@ -84,7 +86,10 @@ def _adapt_fwd(x, xrow, a, m, crow, minlvl, use_limit, zi, y, zf, ck):  # pragma
         v = np.empty(_W)
         for n in range(T):
             if keep and n % _CKA == 0:
-                lanes_to_rows(s, r0, nr, ck[:, n // _CKA])
+                b = n // _CKA
+                for k in range(nr):
+                    for j in range(J):
+                        ck[r0 + k, b, j] = s[j, k]
             for k in range(_W):
                 q = np.float64(x[xr[k], n])
                 v[k] = q if q > minlvl else minlvl
@@ -92,7 +97,9 @@ def _adapt_fwd(x, xrow, a, m, crow, minlvl, use_limit, zi, y, zf, ck):  # pragma
                 _adapt_step(v, j, s, aa, mm, use_limit)
             for k in range(nr):
                 y[r0 + k, n] = v[k]
-        lanes_to_rows(s, r0, nr, zf)
+        for k in range(nr):
+            for j in range(J):
+                zf[r0 + k, j] = s[j, k]
         restore_fp_mode(fp)
 
 
@@ -179,7 +186,9 @@ def _adapt_bwd(
         dl = np.empty((J, _CKA, _W))
         dm = np.empty((J, _CKA, _W))
         lam = np.empty((J, _W))
-        lanes_from_rows(gzf, rows, lam)
+        for k in range(_W):
+            for j in range(J):
+                lam[j, k] = gzf[rows[k], j]
         gaa = np.zeros((J, _W))
         gmm = np.zeros((J, _W))
         gv = np.empty(_W)
@@ -189,7 +198,9 @@ def _adapt_bwd(
         for b in range(nb - 1, -1, -1):
             t0 = b * _CKA
             n = min(_CKA, T - t0)
-            lanes_from_rows(ck[:, b], rows, s)
+            for k in range(_W):
+                for j in range(J):
+                    s[j, k] = ck[rows[k], b, j]
             for i in range(n):
                 for k in range(_W):
                     q = np.float64(x[xr[k], t0 + i])
@@ -202,10 +213,12 @@ def _adapt_bwd(
                     for k in range(nr):
                         q = np.float64(x[xr[k], t0 + i])
                         gx[r0 + k, t0 + i] = gb[i, k] if q > minlvl else 0.0
-        lanes_to_rows(lam, r0, nr, gzi)
-        if want_c:
-            lanes_to_rows(gaa, r0, nr, ga)
-            lanes_to_rows(gmm, r0, nr, gm)
+        for k in range(nr):
+            for j in range(J):
+                gzi[r0 + k, j] = lam[j, k]
+                if want_c:
+                    ga[r0 + k, j] = gaa[j, k]
+                    gm[r0 + k, j] = gmm[j, k]
         restore_fp_mode(fp)
 
 

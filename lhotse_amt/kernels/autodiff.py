@@ -64,37 +64,3 @@ def lane_group(R, grp, W, xrow, crow):  # pragma: no cover - compiled
         xr[k] = xrow[r]
         cr[k] = crow[r]
     return r0, nr, rows, xr, cr
-
-
-@njit(inline="always", **KERNEL_OPTS)
-def lanes_from_rows(src, rows, dst):  # pragma: no cover - compiled
-    """States of a lane group from per-row storage: ``dst[j, k] = src[rows[k], j]`` for
-    every lane ``k`` of ``dst (J, W)`` and row ``rows[k]`` of ``src (R, J)`` (initial
-    states, a block's checkpoints ``ck[:, b]``, the final states' gradients)."""
-    for k in range(rows.shape[0]):
-        for j in range(dst.shape[0]):
-            dst[j, k] = src[rows[k], j]
-
-
-@njit(inline="always", **KERNEL_OPTS)
-def lanes_to_rows(src, r0, nr, dst):  # pragma: no cover - compiled
-    """The reverse of :func:`lanes_from_rows` for the group's ``nr`` rows ``r0 ...``:
-    ``dst[r0 + k, j] = src[j, k]`` (final states, checkpoints, gradients)."""
-    for k in range(nr):
-        for j in range(src.shape[0]):
-            dst[r0 + k, j] = src[j, k]
-
-
-@njit(inline="always", **KERNEL_OPTS)
-def pairs_from_rows(src, rows, re, im):  # pragma: no cover - compiled
-    """:func:`lanes_from_rows` of states stored as pairs ``src (R, K, 2)``: the first of
-    each pair into ``re (K, W)``, the second into ``im (K, W)``."""
-    lanes_from_rows(src[:, :, 0], rows, re)
-    lanes_from_rows(src[:, :, 1], rows, im)
-
-
-@njit(inline="always", **KERNEL_OPTS)
-def pairs_to_rows(re, im, r0, nr, dst):  # pragma: no cover - compiled
-    """The reverse of :func:`pairs_from_rows` for the group's ``nr`` rows ``r0 ...``."""
-    lanes_to_rows(re, r0, nr, dst[:, :, 0])
-    lanes_to_rows(im, r0, nr, dst[:, :, 1])

@@ -12,7 +12,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .autodiff import _CKA, KERNEL_OPTS, lane_group, lanes_to_rows, pairs_from_rows, pairs_to_rows
+from .autodiff import _CKA, KERNEL_OPTS, lane_group
 from .cpu import _load_lane_pairs, _load_lanes, _store_lanes, complex_pole_lanes
 from .fastmath import assume_distinct_arrays, denormals_off, restore_fp_mode
 from .rows import RowKernels, numba_launch
@@ -48,13 +48,16 @@ def _res_group(R, grp, xrow, crow, pole, gain, mode, zi, K):  # pragma: no cover
     sr = np.empty((K, W))
     si = np.empty((K, W))
     for k in range(W):
+        r = rows[k]
         c = cr[k]
         pr[k] = pole[c, 0]
         pi[k] = pole[c, 1]
         gr[k] = gain[c, 0]
         gi[k] = gain[c, 1]
         ab[k] = 1.0 if mode[c] != 0 else 0.0
-    pairs_from_rows(zi, rows, sr, si)
+        for q in range(K):
+            sr[q, k] = zi[r, q, 0]
+            si[q, k] = zi[r, q, 1]
     return r0, nr, rows, xr, pr, pi, gr, gi, ab, sr, si
 
 
@@ -99,7 +102,11 @@ def _res_fwd(x, xrow, pole, gain, mode, crow, zi, y, zf, ck):  # pragma: no cove
         yb = np.empty((_CKA if K == 1 else 0, W))
         for n in range(T):
             if keep and n % _CKA == 0:
-                pairs_to_rows(sr, si, r0, nr, ck[:, n // _CKA])
+                b = n // _CKA
+                for k in range(nr):
+                    for q in range(K):
+                        ck[r0 + k, b, q, 0] = sr[q, k]
+                        ck[r0 + k, b, q, 1] = si[q, k]
             if K == 1:
                 if n % _CKA == 0:
                     nn = min(_CKA, T - n)
@@ -119,7 +126,10 @@ def _res_fwd(x, xrow, pole, gain, mode, crow, zi, y, zf, ck):  # pragma: no cove
                 vr[k] = mag if ab[k] != 0.0 else wr
             for k in range(nr):
                 y[r0 + k, n] = vr[k]
-        pairs_to_rows(sr, si, r0, nr, zf)
+        for k in range(nr):
+            for q in range(K):
+                zf[r0 + k, q, 0] = sr[q, k]
+                zf[r0 + k, q, 1] = si[q, k]
         restore_fp_mode(fp)
 
 
@@ -270,14 +280,20 @@ def _res_bwd(
         gb = np.empty((_CKA, W))
         lr = np.empty((K, W))
         li = np.empty((K, W))
-        pairs_from_rows(gzf, rows, lr, li)
+        for k in range(W):
+            for q in range(K):
+                lr[q, k] = gzf[rows[k], q, 0]
+                li[q, k] = gzf[rows[k], q, 1]
         acc = np.zeros((4, W))
         Gr = np.empty(W)
         Gi = np.empty(W)
         for b in range(nb - 1, -1, -1):
             t0 = b * _CKA
             n = min(_CKA, T - t0)
-            pairs_from_rows(ck[:, b], rows, sr, si)
+            for k in range(W):
+                for q in range(K):
+                    sr[q, k] = ck[rows[k], b, q, 0]
+                    si[q, k] = ck[rows[k], b, q, 1]
             _load_lane_pairs(x, xr, gy, rows, t0, n, xb, gb)
             if K == 1:
                 _res_record1(n, xb, pr, pi, gr, gi, ab, sr, si, u1r, u1i, fr, fi)
@@ -287,10 +303,15 @@ def _res_bwd(
                 _res_adjoint(K, n, gb, pr, pi, gr, gi, ur, ui, kr, ki, fr, fi, lr, li, acc, Gr, Gi)
             if want_x:
                 _store_lanes(gb, r0, nr, t0, n, gx)
-        pairs_to_rows(lr, li, r0, nr, gzi)
-        if want_c:
-            lanes_to_rows(acc[0:2], r0, nr, gpole)
-            lanes_to_rows(acc[2:4], r0, nr, ggain)
+        for k in range(nr):
+            for q in range(K):
+                gzi[r0 + k, q, 0] = lr[q, k]
+                gzi[r0 + k, q, 1] = li[q, k]
+            if want_c:
+                gpole[r0 + k, 0] = acc[0, k]
+                gpole[r0 + k, 1] = acc[1, k]
+                ggain[r0 + k, 0] = acc[2, k]
+                ggain[r0 + k, 1] = acc[3, k]
         restore_fp_mode(fp)
 
 

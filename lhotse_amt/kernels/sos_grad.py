@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .autodiff import _CKA, KERNEL_OPTS, lane_group, lanes_to_rows, pairs_from_rows, pairs_to_rows
+from .autodiff import _CKA, KERNEL_OPTS, lane_group
 from .cpu import _load_lane_pairs, _store_lanes, sos_lane_coefs
 from .fastmath import assume_distinct_arrays, denormals_off, restore_fp_mode
 from .rows import RowKernels, numba_launch
@@ -38,7 +38,9 @@ def _sos_group(R, grp, xrow, crow, sos, zi, S):  # pragma: no cover - compiled
     z = np.empty((S, 2, W))
     for k in range(W):
         sos_lane_coefs(co, k, sos, cr[k])
-    pairs_from_rows(zi, rows, z[:, 0], z[:, 1])
+        for q in range(S):
+            z[q, 0, k] = zi[rows[k], q, 0]
+            z[q, 1, k] = zi[rows[k], q, 1]
     return r0, nr, rows, xr, co, z
 
 
@@ -56,7 +58,11 @@ def _sos_fwd(x, xrow, sos, crow, zi, y, zf, ck):  # pragma: no cover - compiled
         v = np.empty(W)
         for n in range(T):
             if n % _CKA == 0:
-                pairs_to_rows(z[:, 0], z[:, 1], r0, nr, ck[:, n // _CKA])
+                b = n // _CKA
+                for k in range(nr):
+                    for q in range(S):
+                        ck[r0 + k, b, q, 0] = z[q, 0, k]
+                        ck[r0 + k, b, q, 1] = z[q, 1, k]
             for k in range(W):
                 v[k] = np.float64(x[xr[k], n])
             for q in range(S):
@@ -68,7 +74,10 @@ def _sos_fwd(x, xrow, sos, crow, zi, y, zf, ck):  # pragma: no cover - compiled
                     v[k] = out
             for k in range(nr):
                 y[r0 + k, n] = v[k]
-        pairs_to_rows(z[:, 0], z[:, 1], r0, nr, zf)
+        for k in range(nr):
+            for q in range(S):
+                zf[r0 + k, q, 0] = z[q, 0, k]
+                zf[r0 + k, q, 1] = z[q, 1, k]
         restore_fp_mode(fp)
 
 
@@ -133,22 +142,33 @@ def _sos_bwd(
         g = np.empty((_CKA, W))
         l1 = np.empty((S, W))
         l2 = np.empty((S, W))
-        pairs_from_rows(gzf, rows, l1, l2)
+        for k in range(W):
+            for q in range(S):
+                l1[q, k] = gzf[rows[k], q, 0]
+                l2[q, k] = gzf[rows[k], q, 1]
         gc = np.zeros((S, 5, W))
         for b in range(nb - 1, -1, -1):
             t0 = b * _CKA
             n = min(_CKA, T - t0)
-            pairs_from_rows(ck[:, b], rows, z[:, 0], z[:, 1])
+            for k in range(W):
+                for q in range(S):
+                    z[q, 0, k] = ck[rows[k], b, q, 0]
+                    z[q, 1, k] = ck[rows[k], b, q, 1]
             _load_lane_pairs(x, xr, gy, rows, t0, n, w[0], g)
             _sos_record(S, n, co, z, w)
             _sos_adjoint(S, n, co, w, g, l1, l2, gc)
             if want_x:
                 _store_lanes(g, r0, nr, t0, n, gx)
-        pairs_to_rows(l1, l2, r0, nr, gzi)
-        if want_c:
-            # b0, b1, b2, a1, a2 into columns 0, 1, 2, 4, 5 (a0 has no gradient)
-            for j, col in enumerate((0, 1, 2, 4, 5)):
-                lanes_to_rows(gc[:, j], r0, nr, gsos[:, :, col])
+        for k in range(nr):
+            for q in range(S):
+                gzi[r0 + k, q, 0] = l1[q, k]
+                gzi[r0 + k, q, 1] = l2[q, k]
+                if want_c:
+                    gsos[r0 + k, q, 0] = gc[q, 0, k]
+                    gsos[r0 + k, q, 1] = gc[q, 1, k]
+                    gsos[r0 + k, q, 2] = gc[q, 2, k]
+                    gsos[r0 + k, q, 4] = gc[q, 3, k]
+                    gsos[r0 + k, q, 5] = gc[q, 4, k]
         restore_fp_mode(fp)
 
 
