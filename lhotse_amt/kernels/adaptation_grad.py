@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .autodiff import _CKA, KERNEL_OPTS, lane_group
+from .autodiff import _CKA, KERNEL_OPTS, lane_group, row_blocks
 from .cpu import divide_lanes
 from .fastmath import assume_distinct_arrays, denormals_off, exp_nonpos_inline, restore_fp_mode
 from .rows import RowKernels, numba_launch
@@ -173,11 +173,9 @@ def _adapt_bwd(
 ):  # pragma: no cover - compiled
     # lane groups as the forward; each block is recomputed once from its checkpoint,
     # then the adjoint step (multiply-adds only) runs back over it
-    R = gy.shape[0]
-    T = gy.shape[1]
+    R, T, ng, nb = row_blocks(gy, _W)
     J = zi.shape[1]
-    nb = (T + _CKA - 1) // _CKA
-    for grp in prange((R + _W - 1) // _W):
+    for grp in prange(ng):
         fp = denormals_off()
         r0, nr, rows, xr, aa, mm, s = _lane_group(R, grp, xrow, crow, a, m, zi, J)
         sv = np.empty((J, _CKA, _W))

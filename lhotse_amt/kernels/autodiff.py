@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.extending import register_jitable
 
 __all__ = ["CHECKPOINT_BLOCK", "checkpoint_blocks"]
 
@@ -43,9 +44,19 @@ CHECKPOINT_BLOCK = 512
 _CKA = CHECKPOINT_BLOCK
 
 
+@register_jitable
 def checkpoint_blocks(T: int) -> int:
-    """Number of checkpoints a forward keeps for the backward of a signal of ``T``."""
+    """Number of checkpoints a forward keeps for the backward of a signal of ``T`` (also
+    callable from the kernels)."""
     return (T + _CKA - 1) // _CKA
+
+
+@njit(inline="always", **KERNEL_OPTS)
+def row_blocks(y, W):  # pragma: no cover - compiled
+    """The extent of a kernel's rows ``y (R, T)`` (its output or output gradient): ``R``,
+    ``T``, the number of lane groups of ``W`` rows and of checkpoint blocks."""
+    R, T = y.shape
+    return R, T, (R + W - 1) // W, checkpoint_blocks(T)
 
 
 @njit(inline="always", **KERNEL_OPTS)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .autodiff import CHECKPOINT_BLOCK, KERNEL_OPTS, checkpoint_blocks, lane_group
+from .autodiff import CHECKPOINT_BLOCK, KERNEL_OPTS, checkpoint_blocks, lane_group, row_blocks
 from .fastmath import (
     assume_distinct_arrays,
     denormals_off,
@@ -202,10 +202,8 @@ def _fwd_group(grp, x, xrow, c, crow, zi, y, zf, ck):  # pragma: no cover - comp
     # recursion over contiguous lanes, the output scattered back from yb. (A function of
     # its own, not the prange body: compiled on its own, the lane loops vectorise.)
     prefer_wide_vectors()
-    R = y.shape[0]
-    T = y.shape[1]
+    R, T, _, nb = row_blocks(y, _W)
     keep = ck.shape[1] > 0
-    nb = (T + _CK - 1) // _CK
     r0, nr, rows, xr, cc, w = _group(R, grp, xrow, crow, c, zi)
     xb = np.empty((_CK, _W))
     yb = np.empty((_CK, _W))
@@ -243,9 +241,7 @@ def _bwd_group(
     # buffers, the block recomputed from its checkpoint (W[n-1], A, B, 1 / D per sample),
     # then the adjoint back over it; the input gradient scattered back from gxb
     prefer_wide_vectors()
-    R = gy.shape[0]
-    T = gy.shape[1]
-    nb = (T + _CK - 1) // _CK
+    R, T, _, nb = row_blocks(gy, _W)
     r0, nr, rows, xr, cc, w = _group(R, grp, xrow, crow, c, zi)
     xb = np.empty((_CK, _W))
     gyb = np.empty((_CK, _W))

@@ -12,7 +12,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .autodiff import _CKA, KERNEL_OPTS, lane_group
+from .autodiff import _CKA, KERNEL_OPTS, lane_group, row_blocks
 from .cpu import _load_lane_pairs, _load_lanes, _store_lanes, complex_pole_lanes
 from .fastmath import assume_distinct_arrays, denormals_off, restore_fp_mode
 from .rows import RowKernels, numba_launch
@@ -258,12 +258,10 @@ def _res_adjoint1(n, gb, pr, pi, gr, gi, ur, ui, fr, fi, lr, li, acc):  # pragma
 def _res_bwd(
     gy, gzf, x, xrow, pole, gain, mode, crow, zi, ck, gx, gpole, ggain, gzi, want_x, want_c
 ):  # pragma: no cover - compiled
-    R = gy.shape[0]
-    T = gy.shape[1]
+    R, T, ng, nb = row_blocks(gy, _WR)
     K = zi.shape[1]
     W = _WR
-    nb = (T + _CKA - 1) // _CKA
-    for grp in prange((R + W - 1) // W):
+    for grp in prange(ng):
         fp = denormals_off()
         r0, nr, rows, xr, pr, pi, gr, gi, ab, sr, si = _res_group(
             R, grp, xrow, crow, pole, gain, mode, zi, K

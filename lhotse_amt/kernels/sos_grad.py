@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .autodiff import _CKA, KERNEL_OPTS, lane_group
+from .autodiff import _CKA, KERNEL_OPTS, lane_group, row_blocks
 from .cpu import _load_lane_pairs, _store_lanes, sos_lane_coefs
 from .fastmath import assume_distinct_arrays, denormals_off, restore_fp_mode
 from .rows import RowKernels, numba_launch
@@ -130,12 +130,10 @@ def _sos_bwd(
     # per block (last first): the section signals are recomputed from the block's
     # checkpoint, then the adjoint of every section (last first) runs back over it:
     # G = g - a1 l1 - a2 l2; g <- b0 G + b1 l1 + b2 l2; (l1, l2) <- (G, l1)
-    R = gy.shape[0]
-    T = gy.shape[1]
+    R, T, ng, nb = row_blocks(gy, _WS)
     S = sos.shape[1]
     W = _WS
-    nb = (T + _CKA - 1) // _CKA
-    for grp in prange((R + W - 1) // W):
+    for grp in prange(ng):
         fp = denormals_off()
         r0, nr, rows, xr, co, z = _sos_group(R, grp, xrow, crow, sos, zi, S)
         w = np.empty((S + 1, _CKA, W))
