@@ -45,14 +45,18 @@ if HAVE_TRITON:
             tl.store(dst + idx, tl.load(src + idx, mask=msk), mask=msk)
 
     @triton.jit
-    def _band_row(slot_ptr, M, S, T):
-        # the program's row of x (R, M, T): its slot s in h (R, S, T) (-1: not selected),
-        # the offset of its first sample in x, its row hr = r S + s of h (and of stats)
-        # and the offset of that row's first sample in h (int64)
+    def _band_row(slot_ptr, src_ptr, dst_ptr, M, S, T, BT: tl.constexpr):
+        # the program's row of x (R, M, T): its slot s in h (R, S, T) (-1: not selected,
+        # the row of src (R, M, T) is copied to dst, all there is to do), the offset of its
+        # first sample in x, its row hr = r S + s of h (and of stats) and the offset of
+        # that row's first sample in h (int64)
         pid = tl.program_id(0)
         s = tl.load(slot_ptr + pid % M)
         hr = ((pid // M) * S + tl.maximum(s, 0)).to(tl.int64)
-        return s, pid.to(tl.int64) * T, hr, hr * T
+        xo = pid.to(tl.int64) * T
+        if s < 0:
+            _copy_row(src_ptr + xo, dst_ptr + xo, T, BT)
+        return s, xo, hr, hr * T
 
     @triton.jit
     def _chunk(xp, hp, t0, T, BT: tl.constexpr):
@@ -73,12 +77,10 @@ if HAVE_TRITON:
     @triton.jit
     def _env_fwd_kernel(x_ptr, h_ptr, slot_ptr, out_ptr, stats_ptr, M, S, T, BT: tl.constexpr):
         # stats (R, S, 2) float64: (mean(x^2), mean(e^2)) of every selected row
-        s, xo, hr, ho = _band_row(slot_ptr, M, S, T)
-        xp = x_ptr + xo
-        op = out_ptr + xo
-        if s < 0:
-            _copy_row(xp, op, T, BT)
-        else:
+        s, xo, hr, ho = _band_row(slot_ptr, x_ptr, out_ptr, M, S, T, BT)
+        if s >= 0:
+            xp = x_ptr + xo
+            op = out_ptr + xo
             hp = h_ptr + ho
             ax = tl.zeros([BT], tl.float64)
             ah = tl.zeros([BT], tl.float64)
@@ -102,12 +104,10 @@ if HAVE_TRITON:
     ):
         # gx (R, M, T): the gradient of every band but the Hilbert term; gh (R, S, T):
         # dL/de h / e of the selected rows (both 0 on a row whose e is all zero)
-        s, xo, hr, ho = _band_row(slot_ptr, M, S, T)
-        gp = g_ptr + xo
-        gxp = gx_ptr + xo
-        if s < 0:
-            _copy_row(gp, gxp, T, BT)
-        else:
+        s, xo, hr, ho = _band_row(slot_ptr, g_ptr, gx_ptr, M, S, T, BT)
+        if s >= 0:
+            gp = g_ptr + xo
+            gxp = gx_ptr + xo
             xp = x_ptr + xo
             hp = h_ptr + ho
             ghp = gh_ptr + ho
