@@ -57,7 +57,7 @@ def _sos_fwd(x, xrow, sos, crow, zi, y, zf, ck):  # pragma: no cover - compiled
         r0, nr, rows, xr, co, z = _sos_group(R, grp, xrow, crow, sos, zi, S)
         v = np.empty(W)
         for n in range(T):
-            if n % _CKA == 0:
+            if n % _CKA == 0 and ck.shape[1] > 0:  # ck (R, 0, S, 2) when not kept
                 b = n // _CKA
                 for k in range(nr):
                     for q in range(S):
