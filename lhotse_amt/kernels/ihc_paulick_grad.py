@@ -243,13 +243,11 @@ def _bwd_group(
     prefer_wide_vectors()
     R, T, _, nb = row_blocks(gy, _W)
     r0, nr, rows, xr, cc, w = _group(R, grp, xrow, crow, c, zi)
-    xb = np.empty((_CK, _W))
-    gyb = np.empty((_CK, _W))
-    gxb = np.empty((_CK, _W))
-    wp = np.empty((_CK, _W))
-    bA = np.empty((_CK, _W))
-    bB = np.empty((_CK, _W))
-    bi = np.empty((_CK, _W))
+    # (n, W) buffers, each its own allocation (assume_distinct_arrays): input, output and
+    # input gradient; W[n-1], A, B and 1 / D per sample
+    e = (_CK, _W)
+    xb, gyb, gxb = np.empty(e), np.empty(e), np.empty(e)
+    wp, bA, bB, bi = np.empty(e), np.empty(e), np.empty(e), np.empty(e)
     a = np.empty(_W)
     for q in range(_W):
         a[q] = gzf[rows[q]]
