@@ -31,24 +31,34 @@ EXTRACTORS = {
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
+def _noise(n: int) -> np.ndarray:
+    return np.random.default_rng(0).standard_normal(n).astype(np.float32)
+
+
+def _count_and_compare(ex, x: np.ndarray, fs: int) -> dict:
+    """Launches of ``extract_batch([x[..., :n], x[..., :n // 2]])`` for ``n`` = a quarter
+    of ``x``'s samples and all of them (each counted after a call that compiles and
+    caches): asserts they are equal and returns them."""
+    counts = []
+    for n in (x.shape[-1] // 4, x.shape[-1]):
+        batch = [x[..., :n], x[..., : n // 2]]
+        ex.extract_batch(batch, fs)
+        with count_launches() as c:
+            ex.extract_batch(batch, fs)
+        counts.append(c)
+    short, long = counts
+    assert sum(short.values()) > 0
+    assert short == long, growth(short, long)
+    return short
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[CUDA, pytest.mark.gpu])])
 @pytest.mark.parametrize("name", sorted(EXTRACTORS))
 def test_extract_batch_launches_do_not_grow_with_length(name, device):
     cls, cfg, op = EXTRACTORS[name]
     # 0.5-s chunks: the short batch fits in two, the long one needs eight
     ex = cls(cfg(sampling_rate=16000, flow=500.0, fhigh=2000.0, chunk_duration=0.5, device=device))
-    rng = np.random.default_rng(0)
-    x = (0.05 * rng.standard_normal(64000)).astype(np.float32)
-    counts = []
-    for n in (16000, 64000):
-        batch = [x[:n], x[: n // 2]]
-        ex.extract_batch(batch, 16000)  # compile and cache before counting
-        with count_launches() as c:
-            ex.extract_batch(batch, 16000)
-        counts.append(c)
-    short, long = counts
-    assert sum(short.values()) > 0
-    assert short == long, growth(short, long)
+    short = _count_and_compare(ex, np.float32(0.05) * _noise(64000), 16000)
     if device == "cuda":
         assert short[f"op:lhotse_amt.{op}"] == 1
         assert not [
@@ -69,18 +79,6 @@ def test_loudness_extract_batch_launches_do_not_grow_with_length_on_cuda(name):
     if hasattr(conf, "diotic"):
         conf.diotic = True
     ex = cls(conf)
-    rng = np.random.default_rng(0)
-    x = (0.05 * rng.standard_normal(128000)).astype(np.float32)
-    if cls.input_channels == 2:
-        x = np.stack([x, x])
-    counts = []
-    for n in (32000, 128000):
-        batch = [x[..., :n], x[..., : n // 2]]
-        ex.extract_batch(batch, 32000)
-        with count_launches() as c:
-            ex.extract_batch(batch, 32000)
-        counts.append(c)
-    short, long = counts
-    assert sum(short.values()) > 0
-    assert short == long, growth(short, long)
+    x = np.float32(0.05) * _noise(128000)
+    short = _count_and_compare(ex, np.stack([x, x]) if cls.input_channels == 2 else x, 32000)
     assert short["op:lhotse_amt.excitation_lower"] >= 1
