@@ -246,10 +246,10 @@ def lti_filter(
     shapes = [("x", x.shape[:-1]), ("A", A.shape[:-2]), ("B", B.shape[:-1])]
     shapes += [("C", C.shape[:-2]), ("D", D.shape[:-1])]
     check_broadcast(*shapes, *([] if state is None else [("state", state.shape[:-1])]))
+    lead = check_broadcast(*shapes[:4])  # the output's leading shape (x, A, B, C)
     T = x.shape[-1]
     dtype = torch.promote_types(x.dtype, A.dtype)
     x = x.to(dtype)
-    lead = torch.broadcast_shapes(x.shape[:-1], A.shape[:-2], B.shape[:-1], C.shape[:-2])
     if state is None:
         state = x.new_zeros((*lead, d))
     else:

@@ -161,7 +161,6 @@ def design_modulation_bank(
     fc = check_frequencies("fc", fc)
     if max_mfc >= fs / 2:
         raise ValueError(f"max_mfc={max_mfc} Hz must be below fs/2")
-    fc = np.atleast_1d(np.asarray(fc, dtype=np.float64))
     mfcs = [modulation_center_frequencies(f, Q, max_mfc, use_upper_limit, upper_factor) for f in fc]
     if max_bands is not None:
         mfcs = [m[:max_bands] for m in mfcs]

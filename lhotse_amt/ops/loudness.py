@@ -45,7 +45,7 @@ from ..functional.loudness.temporal import check_agc_args
 from ..kernels import agc_grad
 from .rowop import DeviceKernels
 
-__all__ = ["agc_rows", "agc", "agc_nograd", "excitation_lower"]
+__all__ = ["agc_rows", "agc", "agc_nograd", "excitation_lower", "excitation_lower_rows"]
 
 _LIB = "lhotse_amt"
 
@@ -55,7 +55,7 @@ _LOWER = DeviceKernels(lower_branch_reference, "triton_excitation", attr="lower_
 
 
 @torch.library.custom_op(f"{_LIB}::excitation_lower", mutates_args=(), device_types=("cpu", "cuda"))
-def _excitation_lower_rows(
+def _excitation_lower_op(
     intensity: Tensor, s: Tensor, lower_h: Tensor, n_below: Tensor, per_channel: bool
 ) -> Tensor:
     """The excitation pattern's lower branch of ``intensity (R, K)`` (no gradient): slopes
@@ -67,7 +67,7 @@ def _excitation_lower_rows(
     return _LOWER.on(intensity)(intensity, s, lower_h, n_below, group, per_channel)
 
 
-@_excitation_lower_rows.register_fake
+@_excitation_lower_op.register_fake
 def _(intensity: Tensor, s: Tensor, lower_h: Tensor, n_below: Tensor, per_channel: bool) -> Tensor:
     return intensity.new_empty((intensity.shape[0], lower_h.shape[1]))
 
@@ -86,13 +86,21 @@ def excitation_lower(
     :func:`lhotse_amt.functional.loudness.excitation.lower_branch_reference` to float
     rounding (the operator ``lhotse_amt::excitation_lower``)."""
     nb = _check_excitation_lower(intensity, s, lower_h, n_below, per_channel)
+    return excitation_lower_rows(intensity, s, lower_h, nb, per_channel)
+
+
+def excitation_lower_rows(
+    intensity: Tensor, s: Tensor, lower_h: Tensor, n_below: Any, per_channel: bool
+) -> Tensor:
+    """:func:`excitation_lower` on arguments already checked
+    (:func:`lhotse_amt.functional.loudness.excitation_pattern` checks them)."""
     lead, K = intensity.shape[:-1], intensity.shape[-1]
     C = lower_h.shape[1]
     n = C if per_channel else K
     x = intensity.reshape(-1, K).contiguous()
     ss = s.expand(*lead, n).reshape(-1, n).contiguous()
-    nbt = torch.as_tensor(nb, device=intensity.device)
-    y = _excitation_lower_rows(x, ss, lower_h.contiguous(), nbt, bool(per_channel))
+    nbt = torch.as_tensor(np.asarray(n_below, dtype=np.int64), device=intensity.device)
+    y = _excitation_lower_op(x, ss, lower_h.contiguous(), nbt, bool(per_channel))
     return y.reshape(*lead, C)
 
 

@@ -143,9 +143,9 @@ def _lower_branch(
     ``lhotse_amt::excitation_lower`` (one Triton kernel for every frame and channel, no
     ``(..., K, C)`` intermediate)."""
     if intensity.is_cuda and no_grad_kernels(intensity, s, lower_h):
-        from ...ops.loudness import excitation_lower
+        from ...ops.loudness import excitation_lower_rows
 
-        return excitation_lower(intensity, s, lower_h, n_below, per_channel)
+        return excitation_lower_rows(intensity, s, lower_h, n_below, per_channel)
     return lower_branch_reference(intensity, s, lower_h, n_below, per_channel)
 
 

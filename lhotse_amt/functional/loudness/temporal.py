@@ -62,8 +62,8 @@ def check_agc_args(
         if not v.is_floating_point():
             raise TypeError(f"{name} must be a number or a floating-point tensor, got {v.dtype}")
         try:
-            ok = torch.broadcast_shapes(v.shape, inner) == inner
-        except RuntimeError:
+            ok = check_broadcast((name, v.shape), ("x", inner)) == inner
+        except ValueError:
             ok = False
         if not ok:
             raise ValueError(
@@ -219,6 +219,13 @@ def binaural_inhibition_reference(
     Plain torch (differentiable in every input and ``p``).
     """
     _check_binaural_args(s_left, s_right, smooth, p)
+    return _binaural_inhibition(s_left, s_right, smooth, p)
+
+
+def _binaural_inhibition(
+    s_left: Tensor, s_right: Tensor, smooth: Tensor, p: Tensor | float
+) -> tuple[Tensor, Tensor]:
+    """:func:`binaural_inhibition_reference` on arguments already checked."""
     smooth = smooth.to(s_left.dtype)
     sl = s_left @ smooth + 1e-13
     sr = s_right @ smooth + 1e-13
@@ -249,4 +256,4 @@ def binaural_inhibition(
         from ...ops.loudness_fast import binaural_inhibition_fast
 
         return binaural_inhibition_fast(s_left, s_right, smooth, p)
-    return binaural_inhibition_reference(s_left, s_right, smooth, p)
+    return _binaural_inhibition(s_left, s_right, smooth, p)
