@@ -44,7 +44,7 @@ if HAVE_TRITON:
     import triton.language as tl
 
     from .triton_adaptation import adapt_planes
-    from .triton_pooled import channel_block
+    from .triton_pooled import channel_block, channel_grid, pooled_scratch
     from .triton_sos import sos_planes
 
 __all__ = ["frontend"]
@@ -190,7 +190,7 @@ def frontend(
     dev = xf.device
 
     def f64(t: Tensor, *shape: int) -> Tensor:
-        return t.detach().to(device=dev, dtype=torch.float64).expand(*shape).contiguous()
+        return tc.f64(t.to(dev).expand(*shape))
 
     sos = [f64(s, C, s.shape[-2], 6) for s in (lin_sos, nl1_sos, nl2_sos)]
     st = drnl_state or {}
@@ -224,12 +224,10 @@ def frontend(
     y = torch.empty((N, C, M), dtype=ydt, device=dev)
     if T > 0 and N > 0:
         npl = 4 + (-(-(K - 1 + ck) // ck) if R > 0 else 0)
-        grid = (N, triton.cdiv(C, block))
-        scratch = torch.empty((N * grid[1], npl, ck, block), dtype=torch.float64, device=dev)
         ihc = torch.tensor(_ihc_row(ihc_consts), dtype=torch.float64, device=dev)
-        _frontend_kernel[grid](
-            xf, y, scratch, f64(g, C), *sos, f64(a, C), f64(b, C), ihc,
-            f64(adapt_a, C, J), f64(adapt_m, C, J), wd, *zs, zw, za, hist,
+        _frontend_kernel[channel_grid(N, C, block)](
+            xf, y, pooled_scratch(N, C, npl, ck, block, dev), f64(g, C), *sos, f64(a, C),
+            f64(b, C), ihc, f64(adapt_a, C, J), f64(adapt_m, C, J), wd, *zs, zw, za, hist,
             C, T, sos[0].shape[1], sos[1].shape[1], sos[2].shape[1], J, K, M, max(R, 1),
             j0, npl, float(c), float(minlvl), float(out_offset), float(out_scale),
             QUARTER=float(c) == 0.25, USE_LIMIT=bool(use_limit),
