@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -50,25 +50,65 @@ from .iir import one_pole_cascade, resolve_backend, sosfilt
 
 __all__ = [
     "MODULATION_PRESETS",
+    "ModulationSettings",
     "modulation_center_frequencies",
     "ModulationBankDesign",
     "design_modulation_bank",
     "modulation_filterbank",
 ]
 
-_DAU = dict(Q=2.0, max_mfc=150.0, lp_cutoff=2.5, att_factor=1.0, use_upper_limit=False, lp150=False)
-# Jepsen et al. (2008): 150-Hz pre-filter, upper limit 0.25 fc, 1/sqrt(2) above 10 Hz
-_JEPSEN = dict(_DAU, att_factor=1 / math.sqrt(2), use_upper_limit=True, lp150=True)
 
-MODULATION_PRESETS: dict[str, dict] = {
+@dataclass(frozen=True)
+class ModulationSettings:
+    """The settings of a modulation filterbank that its presets fix (Dau et al. 1997b;
+    Jepsen et al. 2008, Eq. 4); see the module docstring for how each enters the design.
+
+    Attributes:
+        Q: quality factor of the log-spaced bands (> 0.5: the band spacing
+            ``1 - 1/(2Q)`` must be positive).
+        max_mfc: highest modulation centre frequency (Hz, > 0).
+        lp_cutoff: cut-off of the band-0 low-pass (Hz, > 0 and below ``fs / 2``).
+        att_factor: gain of the bands above 10 Hz (> 0; Jepsen 2008: ``1 / sqrt(2)``).
+        use_upper_limit: drop the bands above a quarter of the channel's centre frequency.
+        lp150: 150-Hz first-order low-pass before the bank (Jepsen 2008).
+
+    Checked at construction: ``TypeError``/``ValueError`` naming the field.
+    """
+
+    Q: float = 2.0
+    max_mfc: float = 150.0
+    lp_cutoff: float = 2.5
+    att_factor: float = 1.0
+    use_upper_limit: bool = False
+    lp150: bool = False
+
+    def __post_init__(self) -> None:
+        checked = {
+            "Q": check_number("Q", self.Q, min=0.5, min_inclusive=False),
+            "max_mfc": check_positive_finite("max_mfc", self.max_mfc),
+            "lp_cutoff": check_positive_finite("lp_cutoff", self.lp_cutoff),
+            "att_factor": check_positive_finite("att_factor", self.att_factor),
+            "use_upper_limit": check_bool("use_upper_limit", self.use_upper_limit),
+            "lp150": check_bool("lp150", self.lp150),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+
+_DAU = ModulationSettings()
+# Jepsen et al. (2008): 150-Hz pre-filter, upper limit 0.25 fc, 1/sqrt(2) above 10 Hz
+_JEPSEN = replace(_DAU, att_factor=1 / math.sqrt(2), use_upper_limit=True, lp150=True)
+
+#: the settings of the named modulation filterbanks
+MODULATION_PRESETS: dict[str, ModulationSettings] = {
     # torch_amt / CASP presets (max_mfc 150 Hz)
     "dau1997": _DAU,
     "jepsen2008": _JEPSEN,
     "paulick2024": _JEPSEN,
     # the AMT argument groups reproduced by the reference data (upper limit 1000 Hz)
-    "amt-0.9.10": dict(_DAU, max_mfc=1000.0, use_upper_limit=True),
-    "amt-1.4-jepsen2008": dict(_JEPSEN, max_mfc=1000.0),
-    "amt-1.4-dau1997": dict(_DAU, max_mfc=1000.0),
+    "amt-0.9.10": replace(_DAU, max_mfc=1000.0, use_upper_limit=True),
+    "amt-1.4-jepsen2008": replace(_JEPSEN, max_mfc=1000.0),
+    "amt-1.4-dau1997": replace(_DAU, max_mfc=1000.0),
 }
 
 
@@ -143,25 +183,29 @@ def _butter_terms(mfc: float, fs: float, Q: float) -> tuple[list, list, complex]
 def design_modulation_bank(
     fs: float,
     fc: np.ndarray,
-    Q: float = 2.0,
-    max_mfc: float = 150.0,
-    lp_cutoff: float = 2.5,
-    att_factor: float = 1.0,
-    use_upper_limit: bool = False,
-    lp150: bool = False,
+    settings: ModulationSettings | None = None,
+    *,
     filter_type: str = "efilt",
     upper_factor: float = 0.25,
     max_bands: int | None = None,
 ) -> ModulationBankDesign:
-    """Design the filterbank for channels ``fc`` (Hz). Done once per configuration."""
+    """Design the filterbank for channels ``fc`` (Hz) with ``settings`` (default
+    :class:`ModulationSettings`: the ``"dau1997"`` preset). Done once per configuration."""
+    if settings is None:
+        settings = ModulationSettings()
+    if not isinstance(settings, ModulationSettings):
+        raise TypeError(f"settings must be a ModulationSettings, got {type(settings).__name__}")
     if filter_type not in ("efilt", "butterworth"):
         raise ValueError(f"filter_type must be 'efilt' or 'butterworth', got {filter_type!r}")
     fs = check_rate("fs", fs)
     check_int("max_bands", max_bands, min=1, allow_none=True)
     fc = check_frequencies("fc", fc)
-    if max_mfc >= fs / 2:
-        raise ValueError(f"max_mfc={max_mfc} Hz must be below fs/2")
-    mfcs = [modulation_center_frequencies(f, Q, max_mfc, use_upper_limit, upper_factor) for f in fc]
+    Q, max_mfc, lp_cutoff = settings.Q, settings.max_mfc, settings.lp_cutoff
+    for name, f in (("max_mfc", max_mfc), ("lp_cutoff", lp_cutoff)):
+        if f >= fs / 2:
+            raise ValueError(f"{name}={f:g} Hz must be below fs/2 = {fs / 2:g} Hz")
+    limit = settings.use_upper_limit
+    mfcs = [modulation_center_frequencies(f, Q, max_mfc, limit, upper_factor) for f in fc]
     if max_bands is not None:
         mfcs = [m[:max_bands] for m in mfcs]
     C = len(fc)
@@ -183,9 +227,9 @@ def design_modulation_bank(
             gains[c, k, : len(g)] = g
             direct[c, k] = d
             use_abs[c, k] = f > 10.0
-            scale[c, k] = att_factor if f > 10.0 else 1.0
+            scale[c, k] = settings.att_factor if f > 10.0 else 1.0
     lp_sos = butter(2, lp_cutoff / (fs / 2.0), output="sos")
-    pre = butter(1, 150.0 / (fs / 2.0), output="sos") if lp150 else None
+    pre = butter(1, 150.0 / (fs / 2.0), output="sos") if settings.lp150 else None
     return ModulationBankDesign(
         fs=fs,
         mfc=mfc,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ from torch import Tensor
 from .._validation import check_dtype, check_preset
 from ..functional.modulation import (
     MODULATION_PRESETS,
+    ModulationSettings,
     design_modulation_bank,
     modulation_filterbank,
 )
@@ -62,31 +64,26 @@ class ModulationFilterbank(ChannelBank):
         check_dtype("dtype", dtype)
         if preset is not None:
             check_preset("modulation preset", preset, MODULATION_PRESETS)
-        base = dict(MODULATION_PRESETS[preset or "dau1997"])
-        given = locals()  # the arguments named as the preset's settings
-        base.update({k: given[k] for k in base if given[k] is not None})
+        given = locals()  # the arguments named as the settings' fields
+        changes = {f.name: given[f.name] for f in fields(ModulationSettings)}
+        settings = replace(
+            MODULATION_PRESETS[preset or "dau1997"],
+            **{k: v for k, v in changes.items() if v is not None},
+        )
+        self.settings = settings
         self.fs = float(fs)
         self.preset = preset
         self.filter_type = filter_type
         self.learnable = bool(learnable)
-        self.Q = float(base["Q"])
-        self.max_mfc = float(base["max_mfc"])
-        self.lp_cutoff = float(base["lp_cutoff"])
-        self.att_factor = float(base["att_factor"])
-        self.use_upper_limit = bool(base["use_upper_limit"])
-        self.use_lp150_prefilter = bool(base["lp150"])
+        self.Q = settings.Q
+        self.max_mfc = settings.max_mfc
+        self.lp_cutoff = settings.lp_cutoff
+        self.att_factor = settings.att_factor
+        self.use_upper_limit = settings.use_upper_limit
+        self.use_lp150_prefilter = settings.lp150
         fc_np = torch.as_tensor(fc, dtype=torch.float64).numpy()
         d = design_modulation_bank(
-            fs,
-            fc_np,
-            Q=self.Q,
-            max_mfc=self.max_mfc,
-            lp_cutoff=self.lp_cutoff,
-            att_factor=self.att_factor,
-            use_upper_limit=self.use_upper_limit,
-            lp150=self.use_lp150_prefilter,
-            filter_type=filter_type,
-            max_bands=max_bands,
+            fs, fc_np, settings, filter_type=filter_type, max_bands=max_bands
         )
         cdtype = torch.complex128 if dtype == torch.float64 else torch.complex64
         self.register_buffer("fc", torch.as_tensor(fc_np, dtype=dtype))

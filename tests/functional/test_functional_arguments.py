@@ -218,6 +218,50 @@ CASES = {
         "fc",
         lambda: modulation.design_modulation_bank(16000.0, []),
     ),
+    "design_modulation_bank settings dict": (
+        TypeError,
+        "settings",
+        lambda: modulation.design_modulation_bank(16000.0, [1000.0], {"Q": 2.0}),
+    ),
+    "design_modulation_bank lp_cutoff above Nyquist": (
+        ValueError,
+        "lp_cutoff",
+        lambda: modulation.design_modulation_bank(
+            400.0, [100.0], modulation.ModulationSettings(lp_cutoff=250.0, max_mfc=150.0)
+        ),
+    ),
+    "design_modulation_bank max_mfc above Nyquist": (
+        ValueError,
+        "max_mfc",
+        lambda: modulation.design_modulation_bank(
+            200.0, [50.0], modulation.ModulationSettings(max_mfc=150.0)
+        ),
+    ),
+    "ModulationSettings Q 0.5": (
+        ValueError,
+        "Q",
+        lambda: modulation.ModulationSettings(Q=0.5),
+    ),
+    "ModulationSettings att_factor nan": (
+        ValueError,
+        "att_factor",
+        lambda: modulation.ModulationSettings(att_factor=float("nan")),
+    ),
+    "ModulationSettings lp_cutoff 0": (
+        ValueError,
+        "lp_cutoff",
+        lambda: modulation.ModulationSettings(lp_cutoff=0.0),
+    ),
+    "ModulationSettings use_upper_limit str": (
+        TypeError,
+        "use_upper_limit",
+        lambda: modulation.ModulationSettings(use_upper_limit="yes"),
+    ),
+    "ModulationSettings lp150 int": (
+        TypeError,
+        "lp150",
+        lambda: modulation.ModulationSettings(lp150=2),
+    ),
     "unpad_bands y 1-d": (ValueError, "y", lambda: modulation.unpad_bands(torch.zeros(5), [1])),
     "tf_filter b numpy": (
         TypeError,

@@ -137,6 +137,21 @@ CASES = {
         "dimensions",
         lambda: M.ModulationFilterbank(16e3, fc=[1000.0])(torch.randn(100)),
     ),
+    "ModulationFilterbank att_factor nan": (
+        ValueError,
+        "att_factor",
+        lambda: M.ModulationFilterbank(16e3, fc=[1000.0], att_factor=float("nan")),
+    ),
+    "ModulationFilterbank lp150 int": (
+        TypeError,
+        "lp150",
+        lambda: M.ModulationFilterbank(16e3, fc=[1000.0], lp150=2),
+    ),
+    "ModulationFilterbank use_upper_limit str": (
+        TypeError,
+        "use_upper_limit",
+        lambda: M.ModulationFilterbank(16e3, fc=[1000.0], use_upper_limit="yes"),
+    ),
     "ButterworthFilter fs bool": (TypeError, "fs", lambda: M.ButterworthFilter(True, 0.1)),
     "ButterworthFilter fc str": (TypeError, "fc", lambda: M.ButterworthFilter(16e3, "3")),
     "ButterworthFilter order float": (
