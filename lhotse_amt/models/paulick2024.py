@@ -60,7 +60,16 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .._validation import as_float_tensor, check_bool, check_choice, check_int, check_signal
+from .._validation import (
+    as_float_tensor,
+    check_bool,
+    check_choice,
+    check_dtype,
+    check_int,
+    check_number,
+    check_rate,
+    check_signal,
+)
 from ..functional.adaptation import adaptation_coefficients
 from ..functional.iir import resolve_backend
 from ..functional.resample import kaiser_lowpass
@@ -194,7 +203,8 @@ class FIRDecimator(_StreamingFIR):
     low-pass (``taps_per_phase R + 1`` taps, cut-off ``cutoff fs / (2 R)``, Kaiser ``beta``;
     the defaults give >= 80 dB attenuation above ``fs / (2 R)``). The state holds
     the last ``K - 1`` input samples and the count of samples seen, so chunks of any length
-    give the one-shot result.
+    give the one-shot result. ``fs`` must be a sampling rate, ``factor`` and
+    ``taps_per_phase`` integers >= 1, ``cutoff`` in (0, 1], ``beta`` >= 0.
     """
 
     def __init__(
@@ -207,10 +217,11 @@ class FIRDecimator(_StreamingFIR):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        if int(factor) < 1:
-            raise ValueError("resample factor must be a positive integer")
-        self.factor = int(factor)
-        self.fs = float(fs)
+        self.fs = check_rate("fs", fs)
+        self.factor = check_int("factor", factor, min=1)
+        taps_per_phase = check_int("taps_per_phase", taps_per_phase, min=1)
+        cutoff = check_number("cutoff", cutoff, min=0.0, max=1.0, min_inclusive=False)
+        check_dtype("dtype", dtype)
         if self.factor == 1:
             h = np.ones(1)
         else:

@@ -148,6 +148,26 @@ def test_bad_input():
         Paulick2024(dtype=torch.float16)
 
 
+@pytest.mark.parametrize(
+    "kwargs, error, field",
+    [
+        (dict(factor=2.5), TypeError, "factor"),
+        (dict(factor=0), ValueError, "factor"),
+        (dict(taps_per_phase=0), ValueError, "taps_per_phase"),
+        (dict(cutoff=1.5), ValueError, "cutoff"),
+        (dict(cutoff=0.0), ValueError, "cutoff"),
+        (dict(beta=-1.0), ValueError, "beta"),
+        (dict(fs=-5.0), ValueError, "fs"),
+        (dict(dtype=torch.int32), ValueError, "dtype"),
+    ],
+)
+def test_decimator_rejects_bad_settings(kwargs, error, field):
+    """A fractional factor was truncated and a cut-off above the Nyquist frequency of the
+    output rate accepted; every setting is checked and named."""
+    with pytest.raises(error, match=field):
+        FIRDecimator(**{"fs": FS, **kwargs})
+
+
 def test_extractor_registered_layouts_and_frames():
     assert FEATURE_EXTRACTORS["amt-paulick2024"] is Paulick2024Extractor
     ex = Paulick2024Extractor(Paulick2024Config(n_channels=4))
