@@ -27,6 +27,7 @@ float32 it is within 1e-5 of it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -36,11 +37,12 @@ from torch import Tensor
 from .._validation import check_bool, check_choice, check_number, check_positive_finite
 from ..functional.modulation import MODULATION_PRESETS
 from ..models._base import PooledState
-from .base import AuditoryExtractor
+from .base import AuditoryConfig, AuditoryExtractor
 from .frames import FrameAccumulator
 from .mixing import MUMixing
 
 __all__ = [
+    "CASPConfig",
     "CASPExtractor",
     "ConfigModel",
     "FusedPooling",
@@ -55,7 +57,35 @@ __all__ = [
 _MODULATION_FIELDS = ("max_mfc", "use_upper_limit", "att_factor", "lp150")
 
 
-def check_grid(c: Any) -> None:
+@dataclass
+class CASPConfig(AuditoryConfig):
+    """The fields that the CASP-family configs (``amt-dau1997``, ``amt-osses2021``,
+    ``amt-paulick2024``) share, with the same meaning and checks
+    (:func:`check_casp_config`); a config changes a default by declaring the field again.
+
+    Attributes:
+        flow, fhigh: range of the auditory channel grid (Hz), ``0 < flow < fhigh``.
+        adaptation_limit: overshoot limit of the adaptation loops (``>= 0``; ``None``:
+            the model's).
+        max_mfc, use_upper_limit, att_factor, lp150: modulation filterbank settings
+            (:class:`~lhotse_amt.functional.modulation.ModulationSettings`; ``None``: the
+            model's or its preset's).
+        stage: the output stage (``"modulation"``; each config lists the others).
+        layout: ``"compact"`` or ``"padded"`` modulation columns.
+    """
+
+    flow: float = 80.0
+    fhigh: float = 8000.0
+    adaptation_limit: float | None = None
+    max_mfc: float | None = None
+    use_upper_limit: bool | None = None
+    att_factor: float | None = None
+    lp150: bool | None = None
+    stage: str = "modulation"
+    layout: str = "compact"
+
+
+def check_grid(c: CASPConfig) -> None:
     """``0 < flow < fhigh`` (Hz), both finite (normalised to floats)."""
     c.flow = check_positive_finite("flow", c.flow)
     c.fhigh = check_positive_finite("fhigh", c.fhigh)
@@ -63,7 +93,7 @@ def check_grid(c: Any) -> None:
         raise ValueError(f"flow must be below fhigh, got flow={c.flow}, fhigh={c.fhigh}")
 
 
-def check_modulation(c: Any, with_preset: bool = True) -> None:
+def check_modulation(c: CASPConfig, with_preset: bool = True) -> None:
     """The optional modulation-filterbank fields shared by the MU configs."""
     if with_preset:
         check_choice("modulation_preset", c.modulation_preset, (None, *MODULATION_PRESETS))
@@ -77,7 +107,9 @@ def check_modulation(c: Any, with_preset: bool = True) -> None:
 
 
 def check_casp_config(
-    c: Any, stages: tuple[str, ...] = ("modulation", "adaptation"), with_preset: bool = True
+    c: CASPConfig,
+    stages: tuple[str, ...] = ("modulation", "adaptation"),
+    with_preset: bool = True,
 ) -> None:
     """The fields every CASP-family config has: the grid (:func:`check_grid`), the
     modulation filterbank settings (:func:`check_modulation`), ``filter_type`` where the
@@ -101,7 +133,7 @@ def given_kwargs(**kwargs: Any) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
-def stage_kwargs(c: Any) -> dict[str, dict[str, Any]]:
+def stage_kwargs(c: CASPConfig) -> dict[str, dict[str, Any]]:
     """The model's ``adaptation_kwargs`` (``limit``) and ``modulation_kwargs`` (``preset``,
     the modulation-filterbank fields and ``filter_type``) that a config sets; fields left
     ``None`` take the model's defaults."""

@@ -15,31 +15,20 @@ from lhotse.features.base import register_extractor
 from .._validation import check_choice, check_positive_finite
 from ..functional.ihc import IHC_PRESETS
 from ..models.dau1997 import DAU1997_PRESETS, Dau1997
-from .base import AuditoryConfig
-from .casp_base import CASPExtractor, check_casp_config, given_kwargs
+from .casp_base import CASPConfig, CASPExtractor, check_casp_config, given_kwargs
 
 __all__ = ["Dau1997Config", "Dau1997Extractor"]
 
 
 @dataclass
-class DauFamilyConfig(AuditoryConfig):
+class DauFamilyConfig(CASPConfig):
     """The fields that :class:`Dau1997Config` and
-    :class:`~lhotse_amt.features.osses2021.Osses2021Config` share (the same meaning,
-    defaults and checks, :func:`~lhotse_amt.features.casp_base.check_casp_config`): the
-    preset, the gammatone grid range, the adaptation limit, the modulation filterbank
-    settings, the output stage and the column layout."""
+    :class:`~lhotse_amt.features.osses2021.Osses2021Config` add to
+    :class:`~lhotse_amt.features.casp_base.CASPConfig`: the model preset and the
+    modulation filterbank preset."""
 
     preset: str | None = None
-    flow: float = 80.0
-    fhigh: float = 8000.0
-    adaptation_limit: float | None = None
     modulation_preset: str | None = None
-    max_mfc: float | None = None
-    use_upper_limit: bool | None = None
-    att_factor: float | None = None
-    lp150: bool | None = None
-    stage: str = "modulation"
-    layout: str = "compact"
 
 
 @dataclass
@@ -56,10 +45,10 @@ class Dau1997Config(DauFamilyConfig):
         stage: ``"modulation"`` or ``"adaptation"`` output.
         layout: ``"compact"`` or ``"padded"`` modulation columns.
 
-    Checked at construction (see :class:`AuditoryConfig`): frequencies finite and > 0 with
-    ``flow < fhigh``; ``adaptation_limit >= 0``; ``max_mfc``, ``att_factor`` > 0; the
-    string fields one of their listed values; the ``bool`` fields ``True``/``False``
-    (``None`` where the default is ``None``).
+    Checked at construction (see :class:`~lhotse_amt.features.base.AuditoryConfig`):
+    frequencies finite and > 0 with ``flow < fhigh``; ``adaptation_limit >= 0``;
+    ``max_mfc``, ``att_factor`` > 0; the string fields one of their listed values; the
+    ``bool`` fields ``True``/``False`` (``None`` where the default is ``None``).
     """
 
     basef: float | None = None

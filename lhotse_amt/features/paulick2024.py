@@ -18,15 +18,14 @@ from torch import Tensor
 
 from .._validation import check_bool, check_choice, check_int
 from ..models.paulick2024 import Paulick2024
-from .base import AuditoryConfig
-from .casp_base import CASPExtractor, check_casp_config
+from .casp_base import CASPConfig, CASPExtractor, check_casp_config
 from .frames import FrameAccumulator
 
 __all__ = ["Paulick2024Config", "Paulick2024Extractor"]
 
 
 @dataclass
-class Paulick2024Config(AuditoryConfig):
+class Paulick2024Config(CASPConfig):
     """Config of ``amt-paulick2024`` (:class:`lhotse_amt.models.paulick2024.Paulick2024`).
 
     Attributes:
@@ -48,19 +47,11 @@ class Paulick2024Config(AuditoryConfig):
 
     sampling_rate: int = 44100
     flow: float = 125.0
-    fhigh: float = 8000.0
     n_channels: int = 50
     use_outerear: bool = True
     drnl_preset: str = "jepsen2008"
-    adaptation_limit: float | None = None
     resample_factor: int = 4
-    max_mfc: float | None = None
-    use_upper_limit: bool | None = None
-    att_factor: float | None = None
-    lp150: bool | None = None
     filter_type: str = "efilt"
-    stage: str = "modulation"
-    layout: str = "compact"
 
     def validate(self) -> None:
         super().validate()
