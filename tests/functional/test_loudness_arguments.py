@@ -167,19 +167,22 @@ CASES = {
     "excitation_moore2016 keep float": (
         TypeError,
         "keep",
-        lambda: L.excitation_moore2016(I, torch.ones_like(I), LEVEL, UPPER, LOWER_H, MATS.n_below),
+        lambda: L.excitation_moore2016(I, torch.ones_like(I), MATS),
     ),
     "excitation_moore2016 keep shape": (
         ValueError,
         "keep",
-        lambda: L.excitation_moore2016(
-            I, torch.ones(960, dtype=torch.bool), LEVEL, UPPER, LOWER_H, MATS.n_below
-        ),
+        lambda: L.excitation_moore2016(I, torch.ones(960, dtype=torch.bool), MATS),
     ),
     "excitation_gm2002 int": (
         TypeError,
         "intensity",
-        lambda: L.excitation_gm2002(I.long(), LEVEL, UPPER, LOWER_H, MATS.n_below),
+        lambda: L.excitation_gm2002(I.long(), MATS),
+    ),
+    "excitation_gm2002 matrices tuple": (
+        TypeError,
+        "matrices",
+        lambda: L.excitation_gm2002(I, (MATS.level, MATS.upper, MATS.lower_h, MATS.n_below)),
     ),
     "specific_loudness_params fc nan": (
         ValueError,

@@ -176,8 +176,7 @@ def test_fast_excitation_call_matches_torch_excitation(dtype):
         keep = L.prune_components(inten)
         got = fast(inten, keep, acf, chunk=50)
         m = L.excitation_matrices(fc, "moore2016")
-        mats = [torch.tensor(v) for v in (m.level, m.upper, m.lower_h)]
-        ref, _ = L.excitation_moore2016(inten, keep, *mats, m.n_below)
+        ref, _ = L.excitation_moore2016(inten, keep, m)
     got = got.double().clamp_min(1e-10)
     # float32: the low band and the lower skirt in float32, the high band (autocorrelation
     # route, pruned components removed) in float64 and added in float32

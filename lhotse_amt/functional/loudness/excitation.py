@@ -227,13 +227,27 @@ def excitation_pattern(
     return intensity @ upper + _lower_branch(intensity, s, lower_h, n_below, per_channel)
 
 
+def _matrix_tensors(
+    matrices: ExcitationMatrices, intensity: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``level``, ``upper`` and ``lower_h`` of ``matrices`` in the dtype and on the device
+    of ``intensity``."""
+    if not isinstance(matrices, ExcitationMatrices):
+        raise TypeError(
+            f"matrices must be an ExcitationMatrices (excitation_matrices), got "
+            f"{type(matrices).__name__}"
+        )
+    check_tensor("intensity", intensity, min_dim=1, shape="(..., K)")
+    if not intensity.is_floating_point():
+        raise TypeError(f"intensity must be a floating-point tensor, got {intensity.dtype}")
+    kw = dict(dtype=intensity.dtype, device=intensity.device)
+    return tuple(
+        torch.as_tensor(m, **kw) for m in (matrices.level, matrices.upper, matrices.lower_h)
+    )
+
+
 def excitation_moore2016(
-    intensity: Tensor,
-    keep: Tensor,
-    level: Tensor,
-    upper: Tensor,
-    lower_h: Tensor,
-    n_below: np.ndarray | tuple[int, ...],
+    intensity: Tensor, keep: Tensor, matrices: ExcitationMatrices
 ) -> tuple[Tensor, Tensor]:
     """Excitation pattern of the Cambridge 2016 code (per frame, per ear).
 
@@ -241,16 +255,16 @@ def excitation_moore2016(
     2. ``E_c = sum_k I_k W(p, g_kc)`` with ``p_l(fc, X_k)`` below ``fc``; ``E = max(E, 1e-10)``.
 
     Args:
-        intensity: component intensities ``(..., F, K)`` (re (20 µPa)²).
+        intensity: component intensities ``(..., F, 960)`` (re (20 µPa)²) on the 960-bin grid.
         keep: boolean mask of kept components, same shape.
-        level, upper, lower_h, n_below: :class:`ExcitationMatrices` (variant ``"moore2016"``
-            or ``"component"``) as tensors, possibly restricted to the ``K`` bins.
+        matrices: :func:`excitation_matrices` of the channel centres, variant ``"moore2016"``
+            or ``"component"``.
 
     Returns:
         ``(E, any_kept)``: excitation ``(..., F, C)`` and a ``(..., F)`` mask of frames with at
         least one kept component (the specific loudness is 0 elsewhere).
     """
-    check_tensor("intensity", intensity, min_dim=1, shape="(..., K)")
+    level, upper, lower_h = _matrix_tensors(matrices, intensity)
     if not (isinstance(keep, Tensor) and keep.dtype == torch.bool):
         raise TypeError(f"keep must be a bool tensor, got {getattr(keep, 'dtype', type(keep))}")
     if keep.shape != intensity.shape:
@@ -259,26 +273,23 @@ def excitation_moore2016(
         )
     i_kept = torch.where(keep, intensity, torch.zeros_like(intensity))
     x_db = erb_level_db(i_kept, level)
-    e = excitation_pattern(i_kept, x_db, upper, lower_h, n_below)
+    e = excitation_pattern(i_kept, x_db, upper, lower_h, matrices.n_below)
     return e.clamp_min(1e-10), keep.any(dim=-1)
 
 
-def excitation_gm2002(
-    intensity: Tensor,
-    level: Tensor,
-    upper: Tensor,
-    lower_h: Tensor,
-    n_below: np.ndarray | tuple[int, ...],
-) -> tuple[Tensor, Tensor]:
+def excitation_gm2002(intensity: Tensor, matrices: ExcitationMatrices) -> tuple[Tensor, Tensor]:
     """Excitation pattern with the ANSI S3.4-2007 / Glasberg & Moore (2002) roex filters.
 
     The lower slope of the filter centred at ``fc`` is set by the input level per ERB at ``fc``,
     ``X_c = 10 log10(sum_k I_k W(p(fc), |g_kc|))`` (Glasberg & Moore 2002, Sec. 2.3;
-    ANSI S3.4-2007, Sec. 3.5). Returns ``(E, X_c)``, both ``(..., F, C)``; ``E`` in intensity
-    units re (20 µPa)², ``X_c`` in dB.
+    ANSI S3.4-2007, Sec. 3.5), with ``matrices`` the :func:`excitation_matrices` of the
+    channel centres (variant ``"gm2002"``) and ``intensity`` ``(..., F, 960)`` on their
+    960-bin grid. Returns ``(E, X_c)``, both ``(..., F, C)``; ``E`` in intensity units
+    re (20 µPa)², ``X_c`` in dB.
     """
+    level, upper, lower_h = _matrix_tensors(matrices, intensity)
     x_db = erb_level_db(intensity, level)
-    return excitation_pattern(intensity, x_db, upper, lower_h, n_below, True), x_db
+    return excitation_pattern(intensity, x_db, upper, lower_h, matrices.n_below, True), x_db
 
 
 # ----------------------------------------------------------------------------------------------
