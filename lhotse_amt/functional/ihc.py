@@ -52,7 +52,6 @@ def ihc_envelope(
     state: Tensor | None = None,
     *,
     return_state: bool = False,
-    backend: str = "auto",
 ) -> Tensor | tuple[Tensor, Tensor]:
     """``lowpass(max(x, 0))`` along the last axis.
 
@@ -60,7 +59,10 @@ def ihc_envelope(
         x: ``(..., T)`` basilar-membrane signal.
         sos: low-pass sections from :func:`ihc_lowpass_sos` (``(S, 6)`` or per channel).
         state: sosfilt states ``(..., S, 2)`` for streaming.
+        return_state: also return the final states.
+
+    The low-pass is :func:`~lhotse_amt.functional.iir.sosfilt`, which chooses its kernel.
     """
     return_state = check_bool("return_state", return_state)
     check_signal(x, min_samples=0, max_dim=None, allow_empty=True, name="x")
-    return sosfilt(torch.relu(x), sos, state, return_state=return_state, backend=backend)
+    return sosfilt(torch.relu(x), sos, state, return_state=return_state)

@@ -82,10 +82,11 @@ class IHCPaulick2024(nn.Module):
         vel: Tensor,
         state: Tensor | None = None,
         return_state: bool = False,
-        backend: str = "auto",
     ) -> Tensor | tuple[Tensor, Tensor]:
         """``vel``: basilar-membrane velocity ``(..., T)`` (the DRNL output, m/s); returns
-        the receptor potential ``(..., T)`` (V, relative to the pre-charged level)."""
+        the receptor potential ``(..., T)`` (V, relative to the pre-charged level).
+        :func:`~lhotse_amt.functional.ihc_paulick.ihc_paulick` chooses the kernel (its
+        ``backend`` argument forces one)."""
         return ihc_paulick(
             vel,
             self.fs,
@@ -93,7 +94,6 @@ class IHCPaulick2024(nn.Module):
             state,
             precharge_duration=self.precharge_duration,
             return_state=return_state,
-            backend=backend,
         )
 
     def extra_repr(self) -> str:
