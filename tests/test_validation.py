@@ -573,7 +573,7 @@ def _functional_cases():
         ("pa level", lambda: L.pa_from_full_scale(x, float("nan")), ValueError, "full_scale"),
         ("agc attack", lambda: L.agc(x, 0.0, 0.5), ValueError, "attack must be > 0"),
         ("agc nan", lambda: L.agc(nan, 0.1, 0.5), ValueError, "NaN"),
-        ("agc dim", lambda: L.agc_reference(x, 0.1, 0.5, dim=3), ValueError, "dim must be"),
+        ("agc dim", lambda: L.agc(x, 0.1, 0.5, dim=3, backend="reference"), ValueError, "dim must"),
         ("to32k fs", lambda: L.resample_to_32k(x, 16000.5), ValueError, "whole number"),
         ("fir full nan", lambda: L.fir_filter_full(nan, h), ValueError, "NaN"),
         ("rational fs", lambda: R.rational_factors(0, 16000), ValueError, "fs_in must"),

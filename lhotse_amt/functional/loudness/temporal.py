@@ -78,29 +78,29 @@ def agc_reference(
     x: Tensor,
     attack: Tensor | float,
     release: Tensor | float,
-    dim: int = -1,
     state: Tensor | None = None,
 ) -> Tensor:
-    """Attack/release one-pole smoother, plain-torch reference (differentiable).
+    """Attack/release one-pole smoother along the last axis, plain-torch reference
+    (differentiable; it defines the semantics of :func:`agc` and of the operator
+    ``lhotse_amt::agc``).
 
     ``S[j] = S[j-1] + a (N[j] - S[j-1])`` with ``a = attack`` if ``N[j] > S[j-1]`` else
     ``release``, ``S[-1] = 0`` (Glasberg & Moore 2002, Sec. 2.6; Moore et al. 2016, Eqs. 4–5)
-    or ``state``. ``attack``, ``release`` (in (0, 1], per frame) and ``state`` may be tensors
-    broadcasting against the shape of ``x`` without ``dim``. Loops over time (``dim``); all
-    other axes are processed in parallel. Computed in the dtype of ``x``.
+    or ``state``. ``x`` is ``(..., T)``; ``attack``, ``release`` (in (0, 1], per frame) and
+    ``state`` are numbers or tensors broadcasting against ``x.shape[:-1]``. Loops over time;
+    all other axes are processed in parallel. Computed in the dtype of ``x``.
     """
-    check_agc_args(x, attack, release, dim, state)
-    xt = x.movedim(dim, 0)
-    zero = torch.zeros_like(xt[0])
+    check_agc_args(x, attack, release, -1, state)
+    zero = torch.zeros_like(x[..., 0])
     s = zero if state is None else zero + state.to(x.dtype)
     att = attack.to(x.dtype) if torch.is_tensor(attack) else torch.full_like(zero, attack)
     rel = release.to(x.dtype) if torch.is_tensor(release) else torch.full_like(zero, release)
     out = []
-    for v in xt:
+    for v in x.unbind(-1):
         a = torch.where(v > s, att, rel)
         s = s + a * (v - s)
         out.append(s)
-    return torch.stack(out, 0).movedim(0, dim)
+    return torch.stack(out, -1)
 
 
 #: ``backend`` values of :func:`agc`
@@ -142,7 +142,7 @@ def agc(
         else:
             backend = "torch"
     if backend in ("torch", "reference"):
-        return agc_reference(x, attack, release, dim, state)
+        return agc_reference(x.movedim(dim, -1), attack, release, state).movedim(-1, dim)
     if backend in ("operator", "triton"):
         return agc_along(x, attack, release, dim, state)
     if not plain:
