@@ -111,13 +111,12 @@ def _adapt_record(J, n, xb, aa, mm, use_limit, s, v, sv, inv, wis, dl, dm):  # p
     # d lim / dm (dm, 0 without); scratch v (W,). Its own function so that the arrays are
     # marked distinct (the lane loops vectorise)
     assume_distinct_arrays()
-    W = _W
     for i in range(n):
-        for k in range(W):
+        for k in range(_W):
             v[k] = xb[i, k]
         for j in range(J):
             hits = False
-            for k in range(W):
+            for k in range(_W):
                 sk = s[j, k]
                 q = v[k] / sk
                 iv = 1.0 / sk
@@ -128,7 +127,7 @@ def _adapt_record(J, n, xb, aa, mm, use_limit, s, v, sv, inv, wis, dl, dm):  # p
                 v[k] = q
                 hits |= q > 1.0
             if use_limit and hits:
-                for k in range(W):
+                for k in range(_W):
                     q = v[k]
                     mk = mm[j, k]
                     e = _lim_e(q, mk)
@@ -138,7 +137,7 @@ def _adapt_record(J, n, xb, aa, mm, use_limit, s, v, sv, inv, wis, dl, dm):  # p
                     dl[j, i, k] = 4.0 * e / (d * d) if hit else 1.0
                     dm[j, i, k] = 2.0 / d - 4.0 * e * (q - 1.0) / (mk * d * d) - 1.0 if hit else 0.0
                     v[k] = lim if hit else q
-            for k in range(W):
+            for k in range(_W):
                 sk = s[j, k]
                 sv[j, i, k] = sk - v[k]
                 s[j, k] = aa[j, k] * sk + (1.0 - aa[j, k]) * v[k]
@@ -150,12 +149,11 @@ def _adapt_adjoint(J, n, gb, aa, sv, inv, wis, dl, dm, lam, gaa, gmm, gv):  # pr
     # gradients gb (n, W) in, gradients of the loops' input out (in place); carried state
     # adjoints lam (J, W); coefficient gradient sums gaa, gmm (J, W); scratch gv (W,)
     assume_distinct_arrays()
-    W = _W
     for i in range(n - 1, -1, -1):
-        for k in range(W):
+        for k in range(_W):
             gv[k] = gb[i, k]
         for j in range(J - 1, -1, -1):
-            for k in range(W):
+            for k in range(_W):
                 lj = lam[j, k]
                 gvt = gv[k] + (1.0 - aa[j, k]) * lj
                 gaa[j, k] += lj * sv[j, i, k]
@@ -163,7 +161,7 @@ def _adapt_adjoint(J, n, gb, aa, sv, inv, wis, dl, dm, lam, gaa, gmm, gv):  # pr
                 gw = gvt * dl[j, i, k]
                 gv[k] = gw * inv[j, i, k]
                 lam[j, k] = aa[j, k] * lj - gw * wis[j, i, k]
-        for k in range(W):
+        for k in range(_W):
             gb[i, k] = gv[k]
 
 
