@@ -139,20 +139,19 @@ def _sosfilt_kernel(x, sos, zi, y):  # pragma: no cover - compiled
     # row-by-row transposed direct form II
     N, T = x.shape
     S = sos.shape[1]
-    dt = x.dtype
     for g in prange((N + _LANES - 1) // _LANES):
         fp = denormals_off()
         c0, nc, W, idx = _lane_rows(N, g)
-        co = np.empty((S, 5, W), dt)
-        z0 = np.empty((S, W), dt)
-        z1 = np.empty((S, W), dt)
+        co = np.empty((S, 5, W), x.dtype)
+        z0 = np.empty((S, W), x.dtype)
+        z1 = np.empty((S, W), x.dtype)
         for k in range(W):
             c = idx[k]
             sos_lane_coefs(co, k, sos, c)
             for s in range(S):
                 z0[s, k] = zi[c, s, 0]
                 z1[s, k] = zi[c, s, 1]
-        buf = np.empty((_CHUNK, W), dt)
+        buf = np.empty((_CHUNK, W), x.dtype)
         for t0 in range(0, T, _CHUNK):
             n = min(_CHUNK, T - t0)
             _load_lanes(x, idx, t0, n, buf)
