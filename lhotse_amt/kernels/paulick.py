@@ -281,12 +281,10 @@ def _drnl_kernel(x, g, lin, nl1, nl2, a, b, c, zl, z1, z2, y):  # pragma: no cov
         ZL = zl[r]
         Z1 = z1[r]
         Z2 = z2[r]
-        xr = x[r]
-        yr = y[r]
         for n in range(T):
-            _drnl_step(xr[n], g, lin, nl1, nl2, a, b, c, quarter, ZL, Z1, Z2, v, u)
+            _drnl_step(x[r, n], g, lin, nl1, nl2, a, b, c, quarter, ZL, Z1, Z2, v, u)
             for k in range(C):
-                yr[k, n] = v[k]
+                y[r, k, n] = v[k]
         restore_fp_mode(fp)
 
 
