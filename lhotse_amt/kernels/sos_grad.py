@@ -99,17 +99,18 @@ def _sos_record(S, n, co, z, w):  # pragma: no cover - compiled
 
 
 @njit(**_OPTS)
-def _sos_adjoint(S, n, co, w, g, l1, l2, gc):  # pragma: no cover - compiled
+def _sos_adjoint(S, n, co, w, g, lam, gc):  # pragma: no cover - compiled
     # the adjoint of every section (last first) back over n samples of the lanes:
     # G = g - a1 l1 - a2 l2; g <- b0 G + b1 l1 + b2 l2; (l1, l2) <- (G, l1); output
-    # gradients g (n, W) in, input gradients out; coefficient gradient sums gc (S, 5, W)
+    # gradients g (n, W) in, input gradients out; state adjoints lam (S, 2, W) = (l1, l2);
+    # coefficient gradient sums gc (S, 5, W)
     assume_distinct_arrays()
     W = _WS
     for q in range(S - 1, -1, -1):
         for i in range(n - 1, -1, -1):
             for k in range(W):
-                p1 = l1[q, k]
-                p2 = l2[q, k]
+                p1 = lam[q, 0, k]
+                p2 = lam[q, 1, k]
                 v = w[q, i, k]
                 out = w[q + 1, i, k]
                 G = g[i, k] - co[q, 3, k] * p1 - co[q, 4, k] * p2
@@ -119,8 +120,8 @@ def _sos_adjoint(S, n, co, w, g, l1, l2, gc):  # pragma: no cover - compiled
                 gc[q, 2, k] += p2 * v
                 gc[q, 3, k] -= p1 * out
                 gc[q, 4, k] -= p2 * out
-                l2[q, k] = p1
-                l1[q, k] = G
+                lam[q, 1, k] = p1
+                lam[q, 0, k] = G
 
 
 @njit(parallel=True, **_OPTS)
@@ -135,15 +136,12 @@ def _sos_bwd(
     W = _WS
     for grp in prange(ng):
         fp = denormals_off()
-        r0, nr, rows, xr, co, z = _sos_group(R, grp, xrow, crow, sos, zi, S)
+        # the lanes' state adjoints lam (S, 2, W) from gzf as the forward's states from zi;
+        # the states z are set from the checkpoints at every block
+        r0, nr, rows, xr, co, lam = _sos_group(R, grp, xrow, crow, sos, gzf, S)
+        z = np.empty((S, 2, W))
         w = np.empty((S + 1, _CKA, W))
         g = np.empty((_CKA, W))
-        l1 = np.empty((S, W))
-        l2 = np.empty((S, W))
-        for k in range(W):
-            for q in range(S):
-                l1[q, k] = gzf[rows[k], q, 0]
-                l2[q, k] = gzf[rows[k], q, 1]
         gc = np.zeros((S, 5, W))
         for b in range(nb - 1, -1, -1):
             t0 = b * _CKA
@@ -154,13 +152,13 @@ def _sos_bwd(
                     z[q, 1, k] = ck[rows[k], b, q, 1]
             _load_lane_pairs(x, xr, gy, rows, t0, n, w[0], g)
             _sos_record(S, n, co, z, w)
-            _sos_adjoint(S, n, co, w, g, l1, l2, gc)
+            _sos_adjoint(S, n, co, w, g, lam, gc)
             if want_x:
                 _store_lanes(g, r0, nr, t0, n, gx)
         for k in range(nr):
             for q in range(S):
-                gzi[r0 + k, q, 0] = l1[q, k]
-                gzi[r0 + k, q, 1] = l2[q, k]
+                gzi[r0 + k, q, 0] = lam[q, 0, k]
+                gzi[r0 + k, q, 1] = lam[q, 1, k]
                 if want_c:
                     gsos[r0 + k, q, 0] = gc[q, 0, k]
                     gsos[r0 + k, q, 1] = gc[q, 1, k]
