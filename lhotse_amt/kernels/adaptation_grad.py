@@ -175,16 +175,15 @@ def _adapt_bwd(
     J = zi.shape[1]
     for grp in prange(ng):
         fp = denormals_off()
-        r0, nr, rows, xr, aa, mm, s = _lane_group(R, grp, xrow, crow, a, m, zi, J)
+        # the lanes' state adjoints lam (J, W) from gzf as the forward's states from zi;
+        # the states s are set from the checkpoints at every block
+        r0, nr, rows, xr, aa, mm, lam = _lane_group(R, grp, xrow, crow, a, m, gzf, J)
+        s = np.empty((J, _W))
         sv = np.empty((J, _CKA, _W))
         inv = np.empty((J, _CKA, _W))
         wis = np.empty((J, _CKA, _W))
         dl = np.empty((J, _CKA, _W))
         dm = np.empty((J, _CKA, _W))
-        lam = np.empty((J, _W))
-        for k in range(_W):
-            for j in range(J):
-                lam[j, k] = gzf[rows[k], j]
         gaa = np.zeros((J, _W))
         gmm = np.zeros((J, _W))
         gv = np.empty(_W)

@@ -263,9 +263,13 @@ def _res_bwd(
     W = _WR
     for grp in prange(ng):
         fp = denormals_off()
-        r0, nr, rows, xr, pr, pi, gr, gi, ab, sr, si = _res_group(
-            R, grp, xrow, crow, pole, gain, mode, zi, K
+        # the lanes' state adjoints lr, li (K, W) from gzf as the forward's states from zi;
+        # the states sr, si are set from the checkpoints at every block
+        r0, nr, rows, xr, pr, pi, gr, gi, ab, lr, li = _res_group(
+            R, grp, xrow, crow, pole, gain, mode, gzf, K
         )
+        sr = np.empty((K, W))
+        si = np.empty((K, W))
         ur = np.empty((K, _CKA, W))
         ui = np.empty((K, _CKA, W))
         u1r = np.empty((_CKA + 1, W))
@@ -276,12 +280,6 @@ def _res_bwd(
         fi = np.empty((_CKA, W))
         xb = np.empty((_CKA, W))
         gb = np.empty((_CKA, W))
-        lr = np.empty((K, W))
-        li = np.empty((K, W))
-        for k in range(W):
-            for q in range(K):
-                lr[q, k] = gzf[rows[k], q, 0]
-                li[q, k] = gzf[rows[k], q, 1]
         acc = np.zeros((4, W))
         Gr = np.empty(W)
         Gi = np.empty(W)
