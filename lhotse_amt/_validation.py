@@ -51,6 +51,7 @@ __all__ = [
     "check_tensor",
     "describe_value",
     "is_real_number",
+    "normalise_sections",
 ]
 
 #: the floating dtypes the models, kernels and operators compute in
@@ -515,6 +516,15 @@ def require(condition: torch.Tensor, message: str) -> None:
         torch._assert_async(condition, message)
     elif not bool(condition):
         raise ValueError(message)
+
+
+def normalise_sections(sos: torch.Tensor, name: str = "sos") -> torch.Tensor:
+    """Second-order sections ``(..., S, 6)`` divided by their ``a0 = sos[..., 3]``, which
+    must be nonzero (``ValueError``). The filter kernels take ``a0 = 1``; the division is
+    exact for sections that have it and, being differentiable, gives a learnable ``a0``
+    its gradient."""
+    require((sos[..., 3] != 0).all(), f"{name}[..., 3] (each section's a0) must be nonzero")
+    return sos / sos[..., 3:4]
 
 
 def _all_finite(x: torch.Tensor) -> bool:

@@ -45,6 +45,7 @@ from .._validation import (
     check_int,
     check_signal,
     check_tensor,
+    normalise_sections,
     require,
 )
 
@@ -102,12 +103,18 @@ def sos_to_statespace(sos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     interchangeable between backends.
 
     Args:
-        sos: ``(..., S, 6)`` sections ``[b0, b1, b2, a0, a1, a2]`` (``a0`` must be 1).
+        sos: ``(..., S, 6)`` sections ``[b0, b1, b2, a0, a1, a2]`` (each divided by its
+            ``a0``, which must be nonzero).
 
     Returns:
         ``A (..., 2S, 2S)``, ``B (..., 2S)``, ``C (..., 1, 2S)``, ``D (..., 1)``.
     """
     _check_sos(sos)
+    return _sos_statespace(normalise_sections(sos))
+
+
+def _sos_statespace(sos: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`sos_to_statespace` of checked sections."""
     b0, b1, b2 = sos[..., 0], sos[..., 1], sos[..., 2]
     a1, a2 = sos[..., 4], sos[..., 5]
     S = sos.shape[-2]
@@ -315,8 +322,10 @@ def _check_signal(x: Tensor) -> None:
 
 
 def _check_sos(sos: Tensor) -> int:
-    """A real floating ``(..., S, 6)`` tensor of second-order sections; returns ``S``."""
+    """A real floating ``(..., S, 6)`` tensor of finite second-order sections; returns
+    ``S``."""
     check_tensor("sos", sos, min_dim=2, trailing=(6,), shape="(..., n_sections, 6)")
+    _check_coefficients("sos", sos)
     return sos.shape[-2]
 
 
@@ -347,8 +356,9 @@ def sosfilt(
 
     Args:
         x: real ``(..., T)``.
-        sos: ``(..., S, 6)`` rows ``[b0, b1, b2, 1, a1, a2]``; leading dims broadcast with
-            ``x.shape[:-1]`` (``(S, 6)`` filters every channel alike).
+        sos: ``(..., S, 6)`` rows ``[b0, b1, b2, a0, a1, a2]`` (each divided by its nonzero
+            ``a0``); leading dims broadcast with ``x.shape[:-1]`` (``(S, 6)`` filters every
+            channel alike).
         zi: optional initial states ``(..., S, 2)`` (scipy's convention).
         return_state: also return the final states ``(..., S, 2)`` for streaming.
         backend: ``"auto"``, ``"numba"`` or ``"torch"`` (see module docstring).
@@ -362,7 +372,6 @@ def sosfilt(
     return_state = check_bool("return_state", return_state)
     _check_signal(x)
     S = _check_sos(sos)
-    _check_coefficients("sos", sos)
     check_tensor("zi", zi, trailing=(S, 2), allow_none=True)
     check_int("block", block, min=1)
     lead = [("x", x.shape[:-1]), ("sos", sos.shape[:-2])]
@@ -382,7 +391,7 @@ def sosfilt(
         y, zf = ops.sosfilt(x if out_dtype == x.dtype else x.to(dtype), sos, zi)
     else:
         x = x.to(dtype)
-        A, B, C, D = sos_to_statespace(sos)
+        A, B, C, D = _sos_statespace(normalise_sections(sos))
         s0 = None if zi is None else zi.reshape(*zi.shape[:-2], 2 * S)
         y, s = lti_filter(x, A, B, C, D, s0, block=block)
         y = y[..., 0, :]

@@ -32,6 +32,7 @@ from .._validation import (
     check_signal,
     check_tensor,
     describe_value,
+    normalise_sections,
 )
 
 if TYPE_CHECKING:
@@ -105,7 +106,8 @@ def sosfilt(x: Tensor, sos: Tensor, zi: Tensor | None = None) -> tuple[Tensor, T
 
     Args:
         x: real ``(..., T)``.
-        sos: ``(..., S, 6)`` rows ``[b0, b1, b2, 1, a1, a2]``, broadcast with ``x.shape[:-1]``.
+        sos: ``(..., S, 6)`` rows ``[b0, b1, b2, a0, a1, a2]`` (each divided by its ``a0``),
+            broadcast with ``x.shape[:-1]``.
         zi: ``(..., S, 2)`` initial states (scipy's convention), zeros if ``None``.
 
     Returns:
@@ -113,11 +115,12 @@ def sosfilt(x: Tensor, sos: Tensor, zi: Tensor | None = None) -> tuple[Tensor, T
 
     Raises:
         TypeError, ValueError: ``x`` not float32/float64 with time last, ``sos``/``zi``
-            not floating tensors of those shapes (``S >= 1``), leading shapes that do not
-            broadcast.
+            not floating tensors of those shapes (``S >= 1``), a section's ``a0``
+            (``sos[..., 3]``) zero, leading shapes that do not broadcast.
     """
     check_input(x)
     check_tensor("sos", sos, min_dim=2, trailing=(6,), shape="(..., S, 6)")
+    sos = normalise_sections(sos)
     T = x.shape[-1]
     S = sos.shape[-2]
     if S == 0:

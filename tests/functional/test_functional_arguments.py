@@ -72,6 +72,16 @@ CASES = {
     ),
     "sos_to_statespace shape": (ValueError, "sos", lambda: iir.sos_to_statespace(torch.zeros(3))),
     "sos_to_statespace numpy": (TypeError, "sos", lambda: iir.sos_to_statespace(SOS.numpy())),
+    "sos_to_statespace a0 0": (
+        ValueError,
+        "a0",
+        lambda: iir.sos_to_statespace(torch.cat([SOS[..., :3], 0 * SOS[..., 3:]], -1)),
+    ),
+    "sosfilt a0 0": (
+        ValueError,
+        r"sos\[\.\.\., 3\]",
+        lambda: iir.sosfilt(torch.randn(2, 50), torch.tensor([[1.0, 0.0, 0.0, 0.0, 0.1, 0.0]])),
+    ),
     "one_pole_cascade_to_statespace order 0": (
         ValueError,
         "order",

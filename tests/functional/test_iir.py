@@ -127,6 +127,20 @@ def test_backends_agree_in_float32():
     assert (a - b).abs().max() / a.abs().max() < 2e-4
 
 
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_sections_are_divided_by_their_a0(backend):
+    """A section ``[b, a]`` with ``a0 != 1`` is the filter ``b(z) / a(z)``: the sections
+    are normalised as ``scipy.signal.lfilter`` normalises by ``a[0]`` (the kernels took
+    ``a0 = 1`` and ignored it)."""
+    sos = ss.butter(4, 0.1, output="sos")
+    scaled = sos * np.array([[2.0], [0.5]])  # the same filters, a0 = 2 and 0.5
+    x = np.random.default_rng(4).standard_normal((2, 400))
+    y = sosfilt(torch.from_numpy(x), torch.from_numpy(scaled), backend=backend).numpy()
+    np.testing.assert_allclose(y, ss.sosfilt(sos, x), rtol=0, atol=1e-12)
+    b, a = ss.sos2tf(sos)
+    np.testing.assert_allclose(y, ss.lfilter(b, a, x), rtol=0, atol=1e-10)
+
+
 def test_gradients_reach_coefficients():
     sos = torch.from_numpy(ss.butter(2, 0.1, output="sos")).requires_grad_(True)
     x = torch.randn(2, 300, dtype=torch.float64, requires_grad=True)

@@ -29,6 +29,7 @@ CASES = {
     "sosfilt sos (6,)": (lambda: ops.sosfilt(X, SOS[0]), ValueError, r"sos must have shape"),
     "sosfilt sos (1, 5)": (lambda: ops.sosfilt(X, SOS[:, :5]), ValueError, "sos must have"),
     "sosfilt no section": (lambda: ops.sosfilt(X, SOS[:0]), ValueError, "one section"),
+    "sosfilt a0 0": (lambda: ops.sosfilt(X, SOS * 0.0), ValueError, "a0"),
     "sosfilt sos lead": (
         lambda: ops.sosfilt(X, SOS.expand(2, 1, 6)),
         ValueError,
