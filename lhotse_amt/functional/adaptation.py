@@ -27,7 +27,14 @@ import torch
 from torch import Tensor
 
 from .. import _validation as V
-from .._validation import check_bool, check_number, check_rate, check_signal, require
+from .._validation import (
+    check_bool,
+    check_broadcast,
+    check_number,
+    check_rate,
+    check_signal,
+    require,
+)
 
 __all__ = [
     "ADAPTATION_PRESETS",
@@ -93,7 +100,7 @@ def adaptation_loops_reference(
     ``state (..., J)``. Loops over samples in Python: use only for tests and gradients.
     """
     J = a.shape[-1]
-    lead = torch.broadcast_shapes(x.shape[:-1], a.shape[:-1], state.shape[:-1])
+    lead = check_broadcast(("x", x.shape[:-1]), ("a", a.shape[:-1]), ("state", state.shape[:-1]))
     s = [state.expand(*lead, J)[..., j] for j in range(J)]
     aa = [a.expand(*lead, J)[..., j] for j in range(J)]
     mm = [m.expand(*lead, J)[..., j] for j in range(J)]

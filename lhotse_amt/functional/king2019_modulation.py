@@ -29,6 +29,7 @@ from torch import Tensor
 from .._dispatch import kernel_device
 from .._validation import (
     check_bool,
+    check_broadcast,
     check_choice,
     check_int,
     check_number,
@@ -165,7 +166,7 @@ def tf_filter(
     if bool((a[..., 0] != 1).any()):
         b, a = b / a[..., :1], a / a[..., :1]
     K = b.shape[-1] - 1
-    lead = torch.broadcast_shapes(x.shape[:-1], b.shape[:-1])
+    lead = check_broadcast(("x", x.shape[:-1]), ("b", b.shape[:-1]), ("a", a.shape[:-1]))
     be = resolve_backend(backend, x, b, a, zi)
     T = x.shape[-1]
     if be == "numba":

@@ -273,6 +273,11 @@ CASES = {
         lambda: modulation.ModulationSettings(lp150=2),
     ),
     "unpad_bands y 1-d": (ValueError, "y", lambda: modulation.unpad_bands(torch.zeros(5), [1])),
+    "tf_filter a rows do not broadcast": (
+        ValueError,
+        "a \\(4,\\)",
+        lambda: K.tf_filter(torch.randn(3, 100), torch.ones(3, 3), torch.ones(4, 3)),
+    ),
     "tf_filter b numpy": (
         TypeError,
         "^b must",
