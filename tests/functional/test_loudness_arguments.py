@@ -179,6 +179,26 @@ CASES = {
         "intensity",
         lambda: L.excitation_gm2002(I.long(), MATS),
     ),
+    "erb_level_db negative intensity": (
+        ValueError,
+        "intensity must be finite and >= 0",
+        lambda: L.erb_level_db(-I, LEVEL),
+    ),
+    "excitation_pattern nan intensity": (
+        ValueError,
+        "intensity must be finite and >= 0",
+        lambda: _pattern(intensity=I * float("nan")),
+    ),
+    "excitation_gm2002 infinite intensity": (
+        ValueError,
+        "intensity must be finite",
+        lambda: L.excitation_gm2002(I * float("inf"), MATS),
+    ),
+    "specific_loudness negative excitation": (
+        ValueError,
+        "e must be finite and >= 0",
+        lambda: L.specific_loudness(-E, PARAMS, 0.046),
+    ),
     "excitation_gm2002 matrices tuple": (
         TypeError,
         "matrices",

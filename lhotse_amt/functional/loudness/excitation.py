@@ -9,6 +9,7 @@ Eq. 5), where ``X`` is an input level per ERB (dB). Specific loudness: Moore, Gl
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -25,6 +26,7 @@ from ..._validation import (
     check_frequencies,
     check_positive_finite,
     check_tensor,
+    require,
 )
 from .scales import bin_hz, loudness_tables, roex, roex_p
 
@@ -124,6 +126,11 @@ def _check_matrix(name: str, m: Tensor, x: Tensor, x_name: str = "intensity") ->
         )
 
 
+def _check_nonnegative(name: str, x: Tensor, unit: str) -> None:
+    """Every value of ``x`` finite and ``>= 0`` (NaN fails); ``ValueError`` otherwise."""
+    require(((x >= 0) & (x < math.inf)).all(), f"{name} must be finite and >= 0 ({unit})")
+
+
 def lower_branch_group(lower_h: Tensor) -> int:
     """Channels per group of the lower branch for ``lower_h (K, C)``: all of them for few
     components (sparse spectra), else 16, so that the staircase of "bins below fc" is
@@ -192,6 +199,7 @@ def erb_level_db(intensity: Tensor, level: Tensor) -> Tensor:
     the components) or ``(K, C)`` (at the channel centres).
     """
     _check_matrix("level", level, intensity)
+    _check_nonnegative("intensity", intensity, "re (20 µPa)²")
     return 10.0 * torch.log10((intensity @ level).clamp_min(1e-30))
 
 
@@ -214,6 +222,7 @@ def excitation_pattern(
     """
     _check_matrix("upper", upper, intensity)
     _check_matrix("lower_h", lower_h, intensity)
+    _check_nonnegative("intensity", intensity, "re (20 µPa)²")
     if lower_h.shape != upper.shape or len(n_below) != upper.shape[1]:
         raise ValueError(
             f"upper {tuple(upper.shape)}, lower_h {tuple(lower_h.shape)} and n_below "
@@ -241,9 +250,7 @@ def _matrix_tensors(
     if not intensity.is_floating_point():
         raise TypeError(f"intensity must be a floating-point tensor, got {intensity.dtype}")
     kw = dict(dtype=intensity.dtype, device=intensity.device)
-    return tuple(
-        torch.as_tensor(m, **kw) for m in (matrices.level, matrices.upper, matrices.lower_h)
-    )
+    return tuple(torch.tensor(m, **kw) for m in (matrices.level, matrices.upper, matrices.lower_h))
 
 
 def excitation_moore2016(
@@ -418,6 +425,7 @@ def specific_loudness(
     check_tensor("e", e, trailing=n_ch, shape=f"(..., {n_ch[0]})")
     if e.dtype not in FLOAT_DTYPES:
         raise TypeError(f"e must be float32 or float64 (1e10 overflows {e.dtype}), got {e.dtype}")
+    _check_nonnegative("e", e, "excitation, intensity units re (20 µPa)²")
     g, a, alpha, thr = params.g, params.a, params.alpha, params.e_thrq
     core = (g * e + a) ** alpha - a**alpha
     n1 = c * core
