@@ -37,6 +37,7 @@ from .._validation import (
     check_rate,
     check_signal,
     check_tensor,
+    normalise_sections,
 )
 from .butter import butter
 from .iir import lti_filter, resolve_backend, sosfilt
@@ -215,7 +216,7 @@ def king2019_modulation_filterbank(
         lead, (C, T) = x.shape[:-2], x.shape[-2:]
         M, S = sos.shape[0], sos.shape[1]
         z0 = None if state is None else state.reshape(-1, M, S, 2)
-        y, st = filterbanks.sos_bank(x.reshape(-1, T), sos, z0)
+        y, st = filterbanks.sos_bank(x.reshape(-1, T), normalise_sections(sos), z0)
         y = y.reshape(*lead, C, M, T).to(x.device)
         st = st.reshape(*lead, C, M, S, 2).to(x.device)
         return (y, st) if return_state else y

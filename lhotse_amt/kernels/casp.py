@@ -308,7 +308,9 @@ class CASPPooledPlan:
         pad, self.pr, self.pi, self.g2 = gammatone_lanes(*gammatone)
         C, P = len(gammatone[0]), len(pad)
         self.C, self.P, self.K, self.precise = C, P, int(fb.n), bool(precise)
-        self.ihc = np.ascontiguousarray(model.ihc.sos.detach().cpu().numpy().astype(np.float64))
+        ihc = model.ihc.sos.detach().cpu().numpy().astype(np.float64)
+        # sections divided by their a0 as sosfilt does (a learnable a0 may have moved)
+        self.ihc = np.ascontiguousarray(ihc / ihc[:, 3:4])
         # adaptation loops
         minlvl = 10.0 ** ((ad.minspl - ad.dboffset) / 20.0)
         a, m, s0 = adaptation

@@ -222,14 +222,16 @@ class KingPooledPlan:
             self.knee, self.coef = 0.0, 1.0
 
         def sos(t: torch.Tensor) -> np.ndarray:
-            return t.detach().cpu().numpy().astype(np.float64).reshape(1, -1, 6)
+            # sections divided by their a0 as sosfilt does (a learnable a0 may have moved)
+            a = t.detach().cpu().numpy().astype(np.float64).reshape(-1, t.shape[-2], 6)
+            return a / a[..., 3:4]
 
         self.ihc = sos(model.ihc.sos)
         post = [sos(model.adaptation_filter.sos)]
         if model.lp150_filter is not None:
             post.append(sos(model.lp150_filter.sos))
         self.post = np.ascontiguousarray(np.concatenate(post, axis=1))
-        bank = model.modulation_filterbank.sos.detach().cpu().numpy().astype(np.float64)
+        bank = sos(model.modulation_filterbank.sos)
         M = bank.shape[0]
         self.M = M
         # (M, S, 6): section s of band m
