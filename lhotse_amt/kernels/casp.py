@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from .._validation import normalise_sections
 from . import casp_simd, modbank_simd
 from .cpu import _threads, adaptation_loops_lanes, complex_pole_lanes
 from .fastmath import KERNEL_OPTS, denormals_off, restore_fp_mode
@@ -308,9 +309,9 @@ class CASPPooledPlan:
         pad, self.pr, self.pi, self.g2 = gammatone_lanes(*gammatone)
         C, P = len(gammatone[0]), len(pad)
         self.C, self.P, self.K, self.precise = C, P, int(fb.n), bool(precise)
-        ihc = model.ihc.sos.detach().cpu().numpy().astype(np.float64)
         # sections divided by their a0 as sosfilt does (a learnable a0 may have moved)
-        self.ihc = np.ascontiguousarray(ihc / ihc[:, 3:4])
+        ihc = normalise_sections(model.ihc.sos.detach().to("cpu", torch.float64), "ihc.sos")
+        self.ihc = np.ascontiguousarray(ihc.numpy())
         # adaptation loops
         minlvl = 10.0 ** ((ad.minspl - ad.dboffset) / 20.0)
         a, m, s0 = adaptation

@@ -30,6 +30,7 @@ import torch
 from numba import njit, prange
 
 from .. import _alloc
+from .._validation import normalise_sections
 from . import king2019_simd, modbank_simd
 from .casp import _F, _WRITE_BLOCK, _flush, gammatone_lanes, pooled_start
 from .cpu import _threads, complex_pole_lanes
@@ -223,8 +224,8 @@ class KingPooledPlan:
 
         def sos(t: torch.Tensor) -> np.ndarray:
             # sections divided by their a0 as sosfilt does (a learnable a0 may have moved)
-            a = t.detach().cpu().numpy().astype(np.float64).reshape(-1, t.shape[-2], 6)
-            return a / a[..., 3:4]
+            a = normalise_sections(t.detach().to("cpu", torch.float64))
+            return a.numpy().reshape(-1, t.shape[-2], 6)
 
         self.ihc = sos(model.ihc.sos)
         post = [sos(model.adaptation_filter.sos)]

@@ -63,3 +63,8 @@ def test_scaled_sections_are_the_same_filters(make):
     staged.square().sum().backward()
     a0_grads = [p.grad[..., 3] for n, p in model.named_parameters() if n in names]
     assert any(bool((g != 0).any()) for g in a0_grads)
+    # a zero a0 is no filter: the fused path names it as sosfilt does
+    with torch.no_grad():
+        dict(model.named_parameters())[names[0]][..., 0, 3] = 0.0
+        with pytest.raises(ValueError, match="a0"):
+            model(x)
