@@ -221,6 +221,7 @@ class FIRDecimator(_StreamingFIR):
         self.factor = check_int("factor", factor, min=1)
         taps_per_phase = check_int("taps_per_phase", taps_per_phase, min=1)
         cutoff = check_number("cutoff", cutoff, min=0.0, max=1.0, min_inclusive=False)
+        beta = check_number("beta", beta, min=0.0)
         check_dtype("dtype", dtype)
         if self.factor == 1:
             h = np.ones(1)

@@ -157,6 +157,7 @@ def test_bad_input():
         (dict(cutoff=1.5), ValueError, "cutoff"),
         (dict(cutoff=0.0), ValueError, "cutoff"),
         (dict(beta=-1.0), ValueError, "beta"),
+        (dict(factor=1, beta=-1.0), ValueError, "beta"),
         (dict(fs=-5.0), ValueError, "fs"),
         (dict(dtype=torch.int32), ValueError, "dtype"),
     ],

@@ -247,8 +247,6 @@ def _matrix_tensors(
             f"{type(matrices).__name__}"
         )
     check_tensor("intensity", intensity, min_dim=1, shape="(..., K)")
-    if not intensity.is_floating_point():
-        raise TypeError(f"intensity must be a floating-point tensor, got {intensity.dtype}")
     kw = dict(dtype=intensity.dtype, device=intensity.device)
     return tuple(torch.tensor(m, **kw) for m in (matrices.level, matrices.upper, matrices.lower_h))
 
