@@ -90,9 +90,14 @@ def fir_forward(
 
 
 def fir_backward(
-    g: torch.Tensor, x: torch.Tensor, w: torch.Tensor, start: int, stride: int, want_x: bool,
+    g: torch.Tensor,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    start: int,
+    stride: int,
+    want_x: bool,
     want_w: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``gx (R, Tx)`` in ``x``'s dtype (``(R, 0)`` unless ``want_x``) and the per-row
     ``gw (R, K)`` float64 (``(R, 0)`` unless ``want_w``)."""
     _threads()
